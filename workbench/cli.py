@@ -1,0 +1,177 @@
+"""The `workbench` command line: parses arguments, calls one stage function, prints.
+
+Domain errors become one line per problem on stderr and the exit code of the CI contract
+(0 promote, 1 reject/inconclusive, 2 invalid input, 3 infrastructure); --debug shows the
+traceback instead.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import click
+from rich.console import Console
+
+from .config import load_config
+from .errors import InputError, WorkbenchError
+from .paths import REPO_ROOT
+
+__all__ = ["main"]
+
+DEFAULT_CONFIG = "configs/default.yaml"
+console = Console(stderr=False, highlight=False)
+err_console = Console(stderr=True, highlight=False)
+
+
+def _config_path(value: str) -> Path:
+    """The config as given; the shipped default also resolves from outside the checkout."""
+    path = Path(value)
+    if not path.exists() and value == DEFAULT_CONFIG:
+        return REPO_ROOT / DEFAULT_CONFIG
+    return path
+
+
+def handle_errors(fn: Callable[..., int | None]) -> Callable[..., None]:
+    @functools.wraps(fn)
+    def wrapper(*args: Any, debug: bool = False, **kwargs: Any) -> None:
+        try:
+            code = fn(*args, **kwargs) or 0
+        except WorkbenchError as err:
+            if debug:
+                raise
+            problems = err.problems if isinstance(err, InputError) else [str(err)]
+            for line in problems:
+                err_console.print(f"[red]error:[/] {line}", soft_wrap=True)
+            code = err.exit_code
+        except KeyboardInterrupt:
+            err_console.print("[yellow]interrupted[/]: engine stopped, partial results kept")
+            code = 130
+        sys.exit(code)
+
+    return wrapper
+
+
+config_option = click.option(
+    "--config", "config_path", default=DEFAULT_CONFIG, show_default=True,
+    help="Run configuration (YAML).",
+)
+candidate_option = click.option(
+    "--candidate", required=True, help="Candidate name from the config's 'candidates'.",
+)
+runs_option = click.option(
+    "--runs-dir", type=click.Path(path_type=Path), default=Path("runs"), show_default=True,
+    help="Where run folders (stage results, logs, decision record) are written.",
+)
+debug_option = click.option("--debug", is_flag=True, help="Show tracebacks on errors.")
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def main() -> None:
+    """quant-workbench: may a quantised LLM replace its full-precision baseline?
+
+    The main job is `workbench evaluate --candidate int4`: quantise, serve baseline and
+    candidate through vLLM, evaluate and load-test both, gate, record, log to MLflow.
+    Exit codes: 0 promote, 1 reject or inconclusive, 2 invalid input, 3 infrastructure.
+    """
+
+
+@main.command()
+@config_option
+@candidate_option
+@runs_option
+@debug_option
+@handle_errors
+def evaluate(config_path: str, candidate: str, runs_dir: Path) -> int:
+    """Run the whole pipeline for one candidate and decide promote / reject / inconclusive.
+
+    Reuses the cached quantised artifact and the cached baseline results when their
+    inputs are unchanged. Writes decision.json and decision.md in a new run folder and logs
+    the run to MLflow (./mlflow.db unless MLFLOW_TRACKING_URI or tracking.uri says otherwise).
+    """
+    from .pipeline import run_evaluate
+    from .serve import install_sigterm_as_interrupt
+
+    install_sigterm_as_interrupt()
+    cfg = load_config(_config_path(config_path))
+    return run_evaluate(cfg, candidate, runs_dir, console).exit_code
+
+
+@main.command()
+@config_option
+@candidate_option
+@runs_option
+@debug_option
+@handle_errors
+def quantize(config_path: str, candidate: str, runs_dir: Path) -> int:
+    """Build (or find in the cache) one candidate's quantised checkpoint and print its manifest."""
+    from .pipeline import run_quantize
+
+    cfg = load_config(_config_path(config_path))
+    run_quantize(cfg, candidate, runs_dir, console)
+    return 0
+
+
+@main.command()
+@config_option
+@click.option("--candidate", default=None,
+              help="Serve this candidate (quantising it first if needed); default: the baseline.")
+@runs_option
+@debug_option
+@handle_errors
+def serve(config_path: str, candidate: str | None, runs_dir: Path) -> int:
+    """Start vLLM for the baseline or a candidate and keep it up until Ctrl-C, for poking."""
+    from .pipeline import plan, run_quantize
+    from .serve import EngineServer, install_sigterm_as_interrupt
+
+    install_sigterm_as_interrupt()
+    cfg = load_config(_config_path(config_path))
+    model_dir = cfg.model.resolved_path(cfg.base_dir)
+    name, extra = cfg.model.name, []
+    if candidate is not None:
+        plan(cfg, candidate)
+        model_dir = Path(run_quantize(cfg, candidate, runs_dir, console).path)
+        name, extra = f"{cfg.model.name}-{candidate}", cfg.candidate(candidate).engine_args
+    log = runs_dir / f"serve-{name}-{time.strftime('%Y%m%d-%H%M%S')}.log"
+    with console.status(f"starting vLLM for {model_dir} (log {log})"):
+        server = EngineServer(model_dir, name, cfg.engine, log, extra).__enter__()
+    with server:
+        console.print(f"serving [bold]{name}[/] at {server.base_url}/v1 "
+                      f"(OpenAI-compatible; log {log}). Ctrl-C stops it.")
+        while server.alive():
+            time.sleep(1)
+        server.check_alive()
+    return 0
+
+
+@main.command()
+@config_option
+@debug_option
+@handle_errors
+def validate(config_path: str) -> int:
+    """Check a config, its gate policy and every suite it names; report every problem at once."""
+    from .evaluate.suites import load_suite
+    from .gates import load_gate_policy
+
+    path = _config_path(config_path)
+    cfg = load_config(path)
+    problems: list[str] = []
+    for check in [lambda: load_gate_policy(cfg.resolve(cfg.gates))] + [
+        functools.partial(load_suite, name) for name in cfg.suites
+    ]:
+        try:
+            check()
+        except InputError as err:
+            problems += err.problems
+    if problems:
+        raise InputError(problems[0], problems)
+    console.print(f"[green]ok[/]: {path} — {len(cfg.candidates)} candidate(s), "
+                  f"{len(cfg.suites)} suite(s), gates {cfg.gates}")
+    return 0
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,34 @@
+"""Domain errors. Each carries the one-line message a user sees and the CLI exit code.
+
+Exit codes are the CI contract (DESIGN.md): 0 promote, 1 reject/inconclusive,
+2 invalid input, 3 infrastructure failure.
+"""
+
+from __future__ import annotations
+
+__all__ = ["WorkbenchError", "InputError", "InfraError", "EXIT_PROMOTE", "EXIT_REJECT"]
+
+EXIT_PROMOTE = 0
+EXIT_REJECT = 1
+
+
+class WorkbenchError(Exception):
+    """Base class: ``str(err)`` is user-facing text, ``exit_code`` what the CLI returns."""
+
+    exit_code = 1
+
+
+class InputError(WorkbenchError):
+    """Bad config, suite, path or argument: nothing was started, nothing half-written."""
+
+    exit_code = 2
+
+    def __init__(self, message: str, problems: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.problems = problems or [message]
+
+
+class InfraError(WorkbenchError):
+    """The engine would not start, died or timed out, or a subprocess failed."""
+
+    exit_code = 3

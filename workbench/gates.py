@@ -1,0 +1,72 @@
+"""The gate policy: what a candidate must show to replace the baseline (configs/gates/*.yaml)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from .config import format_validation_error, read_yaml
+from .errors import InputError
+
+__all__ = ["GatePolicy", "QualityGate", "LatencyGate", "load_gate_policy", "LATENCY_METRICS"]
+
+# Metrics a latency gate may name: (LevelResult field, statistic) pairs, plus throughput.
+LATENCY_METRICS = {
+    "ttft_p50_ms": ("ttft_ms", "p50"), "ttft_p95_ms": ("ttft_ms", "p95"),
+    "ttft_p99_ms": ("ttft_ms", "p99"), "tpot_p50_ms": ("tpot_ms", "p50"),
+    "tpot_p95_ms": ("tpot_ms", "p95"), "tpot_p99_ms": ("tpot_ms", "p99"),
+    "e2el_p50_ms": ("e2el_ms", "p50"), "e2el_p99_ms": ("e2el_ms", "p99"),
+    "output_throughput": ("output_throughput", None),
+    "request_throughput": ("request_throughput", None),
+}
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class QualityGate(_Strict):
+    """Non-inferiority of the candidate's accuracy on a suite, overall and per slice."""
+
+    suite: str
+    max_drop: float = Field(ge=0, le=1, description="Largest tolerated accuracy loss, overall")
+    slice_max_drop: float | None = Field(
+        default=None, ge=0, le=1, description="Largest tolerated loss in any slice"
+    )
+    min_slice_items: int = Field(default=10, ge=1, description="Smaller slices are not gated")
+
+
+class LatencyGate(_Strict):
+    """A candidate/baseline ratio of one load-test figure, at every load level."""
+
+    metric: Literal[tuple(LATENCY_METRICS)]  # type: ignore[valid-type]
+    max_ratio: float | None = Field(default=None, gt=0)
+    min_ratio: float | None = Field(default=None, gt=0)
+    devices: list[Literal["cpu", "cuda"]] = Field(
+        default_factory=lambda: ["cpu", "cuda"],
+        description="Devices whose measurements this gate judges",
+    )
+
+    @model_validator(mode="after")
+    def _one_bound(self) -> LatencyGate:
+        if (self.max_ratio is None) == (self.min_ratio is None):
+            raise ValueError("give exactly one of max_ratio or min_ratio")
+        return self
+
+
+class GatePolicy(_Strict):
+    confidence: float = Field(default=0.95, gt=0.5, lt=1)
+    bootstrap_resamples: int = Field(default=10000, ge=1000)
+    quality: list[QualityGate] = Field(default_factory=list)
+    latency: list[LatencyGate] = Field(default_factory=list)
+
+
+def load_gate_policy(path: Path) -> GatePolicy:
+    raw = read_yaml(path)
+    try:
+        return GatePolicy.model_validate(raw if isinstance(raw, dict) else {})
+    except ValidationError as err:
+        problems = format_validation_error(path, err, GatePolicy)
+        raise InputError(problems[0], problems) from None

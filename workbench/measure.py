@@ -1,0 +1,143 @@
+"""Serve one model and measure it: every suite item by item, then the load test.
+
+The baseline's measurement is cached by content (model digest, engine arguments, suites,
+sampling and load profile), so it is measured once per configuration, not once per
+candidate.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from .config import RunConfig
+from .digests import sha256_json
+from .errors import InfraError
+from .evaluate.runner import SuiteResult, run_suite
+from .evaluate.suites import Suite
+from .loadtest import LoadResult, run_load_test
+from .paths import cache_root
+from .record import write_json
+from .serve import EngineServer, ServerInfo
+
+__all__ = ["Measurement", "measure", "baseline_key", "cached_measurement", "MEASUREMENT_FILE"]
+
+MEASUREMENT_FILE = "measurement.json"
+SAMPLING = {"temperature": 0.0, "api": "chat.completions"}
+
+
+@dataclass
+class Measurement:
+    role: str
+    server: ServerInfo
+    suites: dict[str, SuiteResult]
+    load: LoadResult
+    wall_time_s: float
+
+    def to_dict(self) -> dict:
+        return {"role": self.role, "server": asdict(self.server),
+                "suites": {k: v.to_dict() for k, v in self.suites.items()},
+                "load": self.load.to_dict(), "wall_time_s": self.wall_time_s}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Measurement:
+        return cls(role=data["role"], server=ServerInfo(**data["server"]),
+                   suites={k: SuiteResult.from_dict(v) for k, v in data["suites"].items()},
+                   load=LoadResult.from_dict(data["load"]), wall_time_s=data["wall_time_s"])
+
+
+def baseline_key(cfg: RunConfig, model_digest: str, suites: list[Suite], device: str,
+                 engine_version: str) -> str:
+    return sha256_json({
+        "model": model_digest, "engine": cfg.engine.model_dump(), "device": device,
+        "engine_version": engine_version, "profile": cfg.profile, "seed": cfg.seed,
+        "suites": {s.name: s.digest for s in suites}, "sampling": SAMPLING,
+        "load": cfg.load.model_dump(), "format": 1,
+    })
+
+
+def _progress(console: Console) -> Progress:
+    return Progress(TextColumn("  {task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TimeElapsedColumn(), console=console, transient=False)
+
+
+def _run_suites(cfg: RunConfig, srv: EngineServer, served: str, suites: list[Suite],
+                out_dir: Path, console: Console) -> dict[str, SuiteResult]:
+    results = {}
+    with _progress(console) as progress:
+        for suite in suites:
+            items = suite.sample(cfg.profile, cfg.seed)
+            task = progress.add_task(f"{suite.name} ({cfg.profile})", total=len(items))
+            try:
+                results[suite.name] = run_suite(
+                    srv.base_url, served, suite, items, seed=cfg.seed,
+                    sink=out_dir / f"items-{suite.name}.jsonl",
+                    timeout_s=cfg.engine.request_timeout_s,
+                    on_item=lambda t=task: progress.advance(t),
+                )
+            except InfraError:
+                srv.check_alive()  # a dead engine is the better explanation, if so
+                raise
+    return results
+
+
+def measure(cfg: RunConfig, role: str, model_dir: Path, served: str, extra_args: list[str],
+            suites: list[Suite], tokenizer_dir: Path, out_dir: Path, console: Console,
+            device: str) -> Measurement:
+    """Start the engine for one model, run every suite and the load sweep, stop it."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    server = EngineServer(model_dir, served, cfg.engine, out_dir / "server.log", extra_args,
+                          device=device)
+    with console.status(f"[{role}] starting vLLM ({device}) for {model_dir.name}"):
+        server.__enter__()
+    try:
+        console.print(f"  [{role}] engine healthy after {server.info.cold_start_s:.1f}s "
+                      f"(vLLM {server.info.version}, log {server.log_file})")
+        suite_results = _run_suites(cfg, server, served, suites, out_dir, console)
+        load = run_load_test(
+            server.base_url, served, tokenizer_dir, cfg.load, out_dir / "load",
+            check_engine=server.check_alive,
+            on_level=lambda lv: console.print(
+                f"  [{role}] load c={lv.concurrency}: {lv.output_throughput:.1f} out tok/s, "
+                f"TTFT p50 {lv.ttft_ms['p50']:.0f} ms, TPOT p50 {lv.tpot_ms['p50']:.1f} ms"),
+        )
+        server.info.cache_info = _cache_info_or_keep(server)
+    finally:
+        server.stop()
+    result = Measurement(role, server.info, suite_results, load,
+                         round(time.perf_counter() - started, 2))
+    write_json(out_dir / MEASUREMENT_FILE, result.to_dict())
+    return result
+
+
+def _cache_info_or_keep(server: EngineServer) -> dict[str, str]:
+    from .serve import parse_cache_info
+
+    return parse_cache_info(server.metrics()) or server.info.cache_info
+
+
+def cached_measurement(key: str) -> Path:
+    return cache_root() / "results" / f"baseline-{key[:24]}"
+
+
+def load_cached(folder: Path) -> Measurement | None:
+    file = folder / MEASUREMENT_FILE
+    if not file.is_file():
+        return None
+    return Measurement.from_dict(json.loads(file.read_text()))
+
+
+def store_in_cache(src: Path, dest: Path) -> None:
+    """Copy a finished measurement folder into the cache atomically."""
+    staging = dest.with_name(dest.name + ".partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    shutil.copytree(src, staging)
+    shutil.rmtree(dest, ignore_errors=True)
+    staging.rename(dest)

