@@ -23,7 +23,9 @@ from .paths import REPO_ROOT
 __all__ = ["main"]
 
 DEFAULT_CONFIG = "configs/default.yaml"
-console = Console(stderr=False, highlight=False)
+console = Console(highlight=False, soft_wrap=True)
+if not console.is_terminal:
+    console.width = 160  # CI logs: rich's 80-column default folds the gate table badly
 err_console = Console(stderr=True, highlight=False)
 
 

@@ -19,7 +19,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from .config import RunConfig
 from .digests import sha256_json
 from .errors import InfraError
-from .evaluate.runner import SuiteResult, run_suite
+from .evaluate.runner import SCORING_VERSION, SuiteResult, run_suite
 from .evaluate.suites import Suite
 from .loadtest import LoadResult, run_load_test
 from .paths import cache_root
@@ -58,7 +58,7 @@ def baseline_key(cfg: RunConfig, model_digest: str, suites: list[Suite], device:
         "model": model_digest, "engine": cfg.engine.model_dump(), "device": device,
         "engine_version": engine_version, "profile": cfg.profile, "seed": cfg.seed,
         "suites": {s.name: s.digest for s in suites}, "sampling": SAMPLING,
-        "load": cfg.load.model_dump(), "format": 1,
+        "load": cfg.load.model_dump(), "scoring": SCORING_VERSION, "format": 1,
     })
 
 

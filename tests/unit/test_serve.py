@@ -1,0 +1,101 @@
+"""The engine manager's own logic (health wait, death detection, group stop), exercised
+with a stand-in HTTP server: the real vLLM is covered by tests/integration."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from workbench.config import EngineConfig
+from workbench.errors import InfraError
+from workbench.serve import EngineServer, parse_cache_info
+
+STAND_IN = textwrap.dedent('''
+    import http.server, subprocess, sys, time
+    port, delay, mode = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
+    # a grandchild, like vLLM's engine-core process, to prove the whole group is stopped
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    open(sys.argv[4], "w").write(str(child.pid))
+    if mode == "crash":
+        print("fatal: could not load weights", flush=True)
+        sys.exit(7)
+    time.sleep(delay)
+    class H(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = {"/health": b"", "/version": b'{"version": "stand-in"}',
+                    "/metrics": b'vllm:cache_config_info{kv_cache_size_tokens="4096",cache_dtype="auto"} 1.0\\n'}
+            self.send_response(200); self.end_headers(); self.wfile.write(body.get(self.path, b""))
+        def log_message(self, *a): pass
+    http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
+''')
+
+
+def stand_in(tmp_path: Path, mode: str = "ok", delay: float = 0.5,
+             timeout: float = 30) -> tuple[EngineServer, Path]:
+    script = tmp_path / "stand_in.py"
+    script.write_text(STAND_IN)
+    pid_file = tmp_path / "child.pid"
+    srv = EngineServer(tmp_path, "m", EngineConfig(startup_timeout_s=timeout),
+                       tmp_path / "server.log", device="cpu")
+    srv.command = [sys.executable, str(script), str(srv.port), str(delay), mode, str(pid_file)]
+    return srv, pid_file
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    state = subprocess.run(["ps", "-o", "stat=", "-p", str(pid)], capture_output=True,
+                           text=True).stdout.strip()
+    return bool(state) and not state.startswith("Z")
+
+
+@pytest.fixture(autouse=True)
+def engine_python_exists(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("workbench.serve.engine_python", lambda: Path(sys.executable))
+
+
+def test_start_waits_for_health_reads_cache_info_and_stops_the_whole_group(tmp_path):
+    srv, pid_file = stand_in(tmp_path)
+    with srv:
+        assert srv.info.version == "stand-in"
+        assert srv.info.cache_info["kv_cache_size_tokens"] == "4096"
+        assert srv.info.cold_start_s >= 0.5
+        child = int(pid_file.read_text())
+        assert alive(child)
+    assert not alive(child)
+
+
+def test_engine_that_exits_while_starting_is_an_infra_error_with_its_log(tmp_path):
+    srv, pid_file = stand_in(tmp_path, mode="crash")
+    with pytest.raises(InfraError, match="exited with code 7.*could not load weights"):
+        srv.__enter__()
+    assert not alive(int(pid_file.read_text()))
+
+
+def test_health_timeout_stops_the_engine(tmp_path):
+    srv, pid_file = stand_in(tmp_path, delay=60, timeout=2)
+    with pytest.raises(InfraError, match="not healthy after 2s"):
+        srv.__enter__()
+    assert not alive(int(pid_file.read_text()))
+
+
+def test_death_after_start_is_detected(tmp_path):
+    srv, _ = stand_in(tmp_path)
+    with srv:
+        os.kill(srv.process.pid, 9)
+        srv.process.wait()
+        with pytest.raises(InfraError, match="engine died"):
+            srv.check_alive()
+
+
+def test_parse_cache_info_reads_labels() -> None:
+    text = '# HELP x\nvllm:cache_config_info{block_size="128",cache_dtype="fp8"} 1.0\n'
+    assert parse_cache_info(text) == {"block_size": "128", "cache_dtype": "fp8"}
+    assert parse_cache_info("") == {}
