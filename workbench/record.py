@@ -98,8 +98,9 @@ def render_markdown(rec: DecisionRecord) -> str:
                 f"| {who} | {lv['concurrency']} | {lv['output_throughput']:.1f} | "
                 f"{lv['ttft_ms']['p50']:.1f} / {lv['ttft_ms']['p95']:.1f} | "
                 f"{lv['tpot_ms']['p50']:.1f} / {lv['tpot_ms']['p95']:.1f} |")
-    if rec.reused:
-        lines += ["", "Reused from cache: " + ", ".join(k for k, v in rec.reused.items() if v)]
+    reused = [k.replace("_", " ") for k, v in rec.reused.items() if v]
+    if reused:
+        lines += ["", "Reused from cache: " + ", ".join(reused) + "."]
     lines += ["", f"Latency figures hold for the device they were measured on "
               f"({rec.device['kind']}) only."]
     return "\n".join(lines) + "\n"

@@ -59,7 +59,8 @@ def mlflow_runs(tmp_path: Path):
 
 
 def test_quantise_serve_evaluate_gate_record(tiny_config: Path, tmp_path: Path) -> None:
-    first = workbench("evaluate", "--config", str(tiny_config), "--runs-dir", "runs",
+    first = workbench("evaluate", "--candidate", "int4", "--config", str(tiny_config),
+                      "--runs-dir", "runs",
                       cwd=tmp_path)
     assert first.returncode in (0, 1), first.stdout + first.stderr
     record_file = next((tmp_path / "runs").glob("*-int4/decision.json"))
@@ -92,7 +93,8 @@ def test_quantise_serve_evaluate_gate_record(tiny_config: Path, tmp_path: Path) 
     assert "decision.json" in artifacts
 
     # second run: the artifact and the baseline come from the caches
-    second = workbench("evaluate", "--config", str(tiny_config), "--runs-dir", "runs2",
+    second = workbench("evaluate", "--candidate", "int4", "--config", str(tiny_config),
+                       "--runs-dir", "runs2",
                        cwd=tmp_path)
     assert second.returncode == first.returncode, second.stdout + second.stderr
     assert "reused cached artifact" in second.stdout
@@ -110,7 +112,7 @@ def test_engine_killed_mid_run_exits_3_and_marks_run_failed(tiny_config: Path,
     cfg = tiny_config.read_text().replace("num_prompts: 8", "num_prompts: 9")
     tiny_config.write_text(cfg)
     proc = subprocess.Popen([sys.executable, "-m", "workbench.cli", "evaluate", "--config",
-                             str(tiny_config), "--runs-dir", "runs"], cwd=tmp_path,
+                             str(tiny_config), "--runs-dir", "runs", "--candidate", "int4"], cwd=tmp_path,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.time() + 600

@@ -29,9 +29,16 @@ def test_record_json_carries_decision_exit_code_and_gates(tmp_path: Path) -> Non
     md = md_path.read_text()
     assert md.startswith("# Decision: **PROMOTE**")
     assert "| `quality:arithmetic` | PASS |" in md
-    assert "Reused from cache: baseline_results" in md
+    assert "Reused from cache: baseline results." in md
 
 
 def test_reject_and_inconclusive_exit_1(tmp_path: Path) -> None:
     assert record("reject").exit_code == 1
     assert record("inconclusive").exit_code == 1
+
+
+def test_nothing_reused_says_nothing(tmp_path: Path) -> None:
+    rec = record("reject")
+    rec.reused = {"baseline_results": False, "quantized_artifact": False}
+    _, md_path = write_record(tmp_path, rec)
+    assert "Reused from cache" not in md_path.read_text()

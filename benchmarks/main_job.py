@@ -1,0 +1,64 @@
+"""Cold and warm wall time of the main job (`workbench evaluate --candidate int4`).
+
+    .venv/bin/python benchmarks/main_job.py [--candidate int4] [--config configs/default.yaml]
+
+"Cold" runs with empty artifact and result caches (a scratch cache folder that links the
+real one's environments and converted model), so it quantises and measures both models;
+"warm" repeats the job in that same scratch cache, which then reuses the quantised artifact
+and the baseline's results. Also times a second `scripts/setup.sh`. Prints the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+from workbench.paths import cache_root  # noqa: E402
+
+
+def timed(cmd: list[str], env: dict[str, str], cwd: Path) -> tuple[float, int]:
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, env=env, cwd=cwd, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL)
+    return time.perf_counter() - start, proc.returncode
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--candidate", default="int4")
+    parser.add_argument("--config", default=str(REPO / "configs" / "default.yaml"))
+    args = parser.parse_args()
+
+    setup_s, setup_rc = timed(["bash", "scripts/setup.sh"], dict(os.environ), REPO)
+    real = cache_root()
+    with tempfile.TemporaryDirectory(prefix="wb-bench-") as tmp:
+        scratch = Path(tmp) / "cache"
+        scratch.mkdir()
+        for shared in ("envs", "models", "vllm", "digests"):
+            if (real / shared).exists():
+                (scratch / shared).symlink_to(real / shared)
+        env = {**os.environ, "WORKBENCH_CACHE": str(scratch),
+               "MLFLOW_TRACKING_URI": f"sqlite:///{tmp}/mlflow.db"}
+        cmd = [str(REPO / ".venv" / "bin" / "workbench"), "evaluate", "--candidate",
+               args.candidate, "--config", args.config, "--runs-dir", f"{tmp}/runs"]
+        cold_s, cold_rc = timed(cmd, env, Path(tmp))
+        warm_s, warm_rc = timed(cmd, env, Path(tmp))
+        records = sorted(Path(tmp, "runs").glob("*/decision.json"))
+        decisions = [json.loads(r.read_text())["decision"] for r in records]
+    print(f"setup.sh (second run): {setup_s:6.1f} s  exit {setup_rc}")
+    print(f"main job, cold:        {cold_s:6.1f} s  exit {cold_rc}")
+    print(f"main job, warm:        {warm_s:6.1f} s  exit {warm_rc}")
+    print(f"warm / cold:           {warm_s / cold_s:6.2f}")
+    print(f"decisions:             {decisions}")
+
+
+if __name__ == "__main__":
+    main()
