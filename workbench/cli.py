@@ -10,8 +10,9 @@ from __future__ import annotations
 import functools
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import click
 from rich.console import Console

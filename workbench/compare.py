@@ -17,7 +17,7 @@ from .evaluate.runner import SuiteResult
 from .gates import LATENCY_METRICS, GatePolicy, LatencyGate, QualityGate
 from .loadtest import LevelResult, LoadResult
 
-__all__ = ["PairedDelta", "GateOutcome", "paired_delta", "evaluate_gates", "decide"]
+__all__ = ["GateOutcome", "PairedDelta", "decide", "evaluate_gates", "paired_delta"]
 
 Status = Literal["pass", "fail", "inconclusive", "not_applicable"]
 
@@ -116,7 +116,7 @@ def _level_value(level: LevelResult, metric: str) -> float:
 def _latency_outcomes(gate: LatencyGate, base: LoadResult | None, cand: LoadResult | None,
                       device: str) -> list[GateOutcome]:
     bound = "max" if gate.max_ratio is not None else "min"
-    limit = gate.max_ratio if gate.max_ratio is not None else gate.min_ratio
+    limit = float(gate.max_ratio if gate.max_ratio is not None else gate.min_ratio or 0)
     name = f"latency:{gate.metric}:{bound}_ratio"
     if device not in gate.devices:
         return [GateOutcome(name, "not_applicable",

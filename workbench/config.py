@@ -17,17 +17,17 @@ from .errors import InputError
 from .paths import REPO_ROOT, default_model_dir
 
 __all__ = [
-    "Candidate",
+    "RECIPES",
     "CalibrationConfig",
+    "Candidate",
     "EngineConfig",
     "LoadProfile",
     "ModelConfig",
     "RunConfig",
     "TrackingConfig",
+    "format_validation_error",
     "load_config",
     "read_yaml",
-    "format_validation_error",
-    "RECIPES",
 ]
 
 # Built-in quantisation recipes (workbench/quantize/worker.py builds them).

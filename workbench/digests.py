@@ -9,7 +9,7 @@ from typing import Any
 
 from .paths import cache_root
 
-__all__ = ["sha256_json", "folder_digest"]
+__all__ = ["folder_digest", "sha256_json"]
 
 
 def sha256_json(obj: Any) -> str:

@@ -6,7 +6,7 @@ Exit codes are the CI contract (DESIGN.md): 0 promote, 1 reject/inconclusive,
 
 from __future__ import annotations
 
-__all__ = ["WorkbenchError", "InputError", "InfraError", "EXIT_PROMOTE", "EXIT_REJECT"]
+__all__ = ["EXIT_PROMOTE", "EXIT_REJECT", "InfraError", "InputError", "WorkbenchError"]
 
 EXIT_PROMOTE = 0
 EXIT_REJECT = 1

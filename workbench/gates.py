@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from .config import format_validation_error, read_yaml
 from .errors import InputError
 
-__all__ = ["GatePolicy", "QualityGate", "LatencyGate", "load_gate_policy", "LATENCY_METRICS"]
+__all__ = ["LATENCY_METRICS", "GatePolicy", "LatencyGate", "QualityGate", "load_gate_policy"]
 
 # Metrics a latency gate may name: (LevelResult field, statistic) pairs, plus throughput.
 LATENCY_METRICS = {
@@ -45,7 +45,7 @@ class LatencyGate(_Strict):
     max_ratio: float | None = Field(default=None, gt=0)
     min_ratio: float | None = Field(default=None, gt=0)
     devices: list[Literal["cpu", "cuda"]] = Field(
-        default_factory=lambda: ["cpu", "cuda"],
+        default=["cpu", "cuda"],
         description="Devices whose measurements this gate judges",
     )
 

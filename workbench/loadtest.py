@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import json
 import subprocess
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable
 
 from .config import LoadProfile
 from .errors import InfraError
 from .paths import engine_python, offline_env
 
-__all__ = ["LevelResult", "LoadResult", "run_load_test", "bench_command"]
+__all__ = ["LevelResult", "LoadResult", "bench_command", "run_load_test"]
 
 PERCENTILES = (50, 95, 99)
 BOUNDARY = "client-side: HTTP streaming, measured by vllm bench serve"

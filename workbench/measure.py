@@ -7,6 +7,7 @@ candidate.
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 import time
@@ -26,7 +27,7 @@ from .paths import cache_root
 from .record import write_json
 from .serve import EngineServer, ServerInfo
 
-__all__ = ["Measurement", "measure", "baseline_key", "cached_measurement", "MEASUREMENT_FILE"]
+__all__ = ["MEASUREMENT_FILE", "Measurement", "baseline_key", "cached_measurement", "measure"]
 
 MEASUREMENT_FILE = "measurement.json"
 SAMPLING = {"temperature": 0.0, "api": "chat.completions"}
@@ -79,7 +80,7 @@ def _run_suites(cfg: RunConfig, srv: EngineServer, served: str, suites: list[Sui
                     srv.base_url, served, suite, items, seed=cfg.seed,
                     sink=out_dir / f"items-{suite.name}.jsonl",
                     timeout_s=cfg.engine.request_timeout_s,
-                    on_item=lambda t=task: progress.advance(t),
+                    on_item=functools.partial(progress.advance, task),
                 )
             except InfraError:
                 srv.check_alive()  # a dead engine is the better explanation, if so

@@ -6,12 +6,12 @@ import os
 from pathlib import Path
 
 __all__ = [
-    "cache_root",
-    "engine_python",
-    "quant_python",
-    "default_model_dir",
-    "offline_env",
     "REPO_ROOT",
+    "cache_root",
+    "default_model_dir",
+    "engine_python",
+    "offline_env",
+    "quant_python",
 ]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

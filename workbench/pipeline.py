@@ -20,8 +20,14 @@ from .digests import folder_digest
 from .errors import InputError
 from .evaluate.suites import Suite, load_suite
 from .gates import GatePolicy, load_gate_policy
-from .measure import (Measurement, baseline_key, cached_measurement, load_cached, measure,
-                      store_in_cache)
+from .measure import (
+    Measurement,
+    baseline_key,
+    cached_measurement,
+    load_cached,
+    measure,
+    store_in_cache,
+)
 from .quantize import QuantizeResult, quantize
 from .record import DecisionRecord, host_facts, write_json, write_record
 from .serve import detect_device, engine_version
@@ -137,8 +143,10 @@ def build_record(p: Plan, q: QuantizeResult, base: Measurement, cand: Measuremen
                 for n in base.suites},
         load={"baseline": base.load.to_dict(), "candidate": cand.load.to_dict()},
         engine={"version": engine_version(), "config": p.cfg.engine.model_dump(),
-                "baseline_command": base.server.command, "candidate_command": cand.server.command,
-                "baseline_cache": base.server.cache_info, "candidate_cache": cand.server.cache_info},
+                "baseline_command": base.server.command,
+                "candidate_command": cand.server.command,
+                "baseline_cache": base.server.cache_info,
+                "candidate_cache": cand.server.cache_info},
         quantization=q.manifest,
         data_digests={s.name: s.digest for s in p.suites},
         seeds={"run": p.cfg.seed, "load": p.cfg.load.seed, "calibration": p.cfg.calibration.seed},

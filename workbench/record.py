@@ -11,7 +11,7 @@ from pathlib import Path
 from .compare import GateOutcome
 from .errors import EXIT_PROMOTE, EXIT_REJECT
 
-__all__ = ["DecisionRecord", "write_record", "render_markdown", "write_json", "SCHEMA_VERSION"]
+__all__ = ["SCHEMA_VERSION", "DecisionRecord", "render_markdown", "write_json", "write_record"]
 
 SCHEMA_VERSION = 1
 

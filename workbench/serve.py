@@ -142,7 +142,7 @@ class EngineServer:
     def _wait_healthy(self, started: float) -> None:
         deadline = started + self.engine.startup_timeout_s
         while time.perf_counter() < deadline:
-            if not self.alive():
+            if self.process is not None and self.process.poll() is not None:
                 raise InfraError(
                     f"engine exited with code {self.process.returncode} while starting "
                     f"(log: {self.log_file}): {self.log_tail()}"

@@ -111,9 +111,10 @@ def test_engine_killed_mid_run_exits_3_and_marks_run_failed(tiny_config: Path,
     # the engine is really serving when it is killed.
     cfg = tiny_config.read_text().replace("num_prompts: 8", "num_prompts: 9")
     tiny_config.write_text(cfg)
-    proc = subprocess.Popen([sys.executable, "-m", "workbench.cli", "evaluate", "--config",
-                             str(tiny_config), "--runs-dir", "runs", "--candidate", "int4"], cwd=tmp_path,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    cmd = [sys.executable, "-m", "workbench.cli", "evaluate", "--candidate", "int4",
+           "--config", str(tiny_config), "--runs-dir", "runs"]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
     try:
         deadline = time.time() + 600
         while time.time() < deadline and proc.poll() is None:

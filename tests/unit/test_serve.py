@@ -27,8 +27,8 @@ STAND_IN = textwrap.dedent('''
     time.sleep(delay)
     class H(http.server.BaseHTTPRequestHandler):
         def do_GET(self):
-            body = {"/health": b"", "/version": b'{"version": "stand-in"}',
-                    "/metrics": b'vllm:cache_config_info{kv_cache_size_tokens="4096",cache_dtype="auto"} 1.0\\n'}
+            info = b'vllm:cache_config_info{kv_cache_size_tokens="4096",cache_dtype="auto"} 1'
+            body = {"/health": b"", "/version": b'{"version": "stand-in"}', "/metrics": info}
             self.send_response(200); self.end_headers(); self.wfile.write(body.get(self.path, b""))
         def log_message(self, *a): pass
     http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()

@@ -14,9 +14,9 @@ import json
 import re
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import httpx
 
@@ -24,7 +24,12 @@ from ..errors import InfraError
 from .suites import Suite, SuiteItem
 
 __all__ = [
-    "ItemResult", "SuiteResult", "SCORING_VERSION", "run_suite", "score_response", "summarise",
+    "SCORING_VERSION",
+    "ItemResult",
+    "SuiteResult",
+    "run_suite",
+    "score_response",
+    "summarise",
 ]
 
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")

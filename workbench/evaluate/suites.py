@@ -20,7 +20,7 @@ from ..config import format_validation_error, read_yaml
 from ..errors import InputError
 from ..paths import REPO_ROOT
 
-__all__ = ["SuiteSpec", "Suite", "SuiteItem", "load_suite", "find_suite_dir", "SUITES_ROOT"]
+__all__ = ["SUITES_ROOT", "Suite", "SuiteItem", "SuiteSpec", "find_suite_dir", "load_suite"]
 
 SUITES_ROOT = REPO_ROOT / "eval_suites"
 SUITE_KINDS = ("quality",)

@@ -16,12 +16,12 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ..config import Candidate, CalibrationConfig, RunConfig
+from ..config import CalibrationConfig, Candidate, RunConfig
 from ..digests import folder_digest, sha256_json
 from ..errors import InfraError, InputError
 from ..paths import cache_root, offline_env, quant_python
 
-__all__ = ["QuantizeResult", "quantize", "calibration_samples", "artifact_key"]
+__all__ = ["QuantizeResult", "artifact_key", "calibration_samples", "quantize"]
 
 WORKER = Path(__file__).with_name("worker.py")
 QUANT_LIBRARIES = ("llmcompressor", "compressed_tensors", "torch", "transformers")
@@ -52,7 +52,9 @@ def calibration_samples(cfg: CalibrationConfig, resolve) -> list[str]:
                 try:
                     texts.append(json.loads(line)["text"])
                 except (json.JSONDecodeError, KeyError, TypeError):
-                    raise InputError(f"{path}:{lineno}: expected a JSON object with 'text'")
+                    raise InputError(
+                        f"{path}:{lineno}: expected a JSON object with 'text'"
+                    ) from None
     if len(texts) < cfg.num_samples:
         raise InputError(
             f"calibration.num_samples: {cfg.num_samples} asked for, but the files hold only "
