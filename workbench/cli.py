@@ -72,6 +72,13 @@ runs_option = click.option(
 debug_option = click.option("--debug", is_flag=True, help="Show tracebacks on errors.")
 
 
+def candidate_job(fn: Callable[..., int | None]) -> Callable[..., None]:
+    """The options and error handling shared by commands that work on one candidate."""
+    for decorator in (handle_errors, debug_option, runs_option, candidate_option, config_option):
+        fn = decorator(fn)
+    return fn
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 def main() -> None:
     """quant-workbench: may a quantised LLM replace its full-precision baseline?
@@ -83,11 +90,7 @@ def main() -> None:
 
 
 @main.command()
-@config_option
-@candidate_option
-@runs_option
-@debug_option
-@handle_errors
+@candidate_job
 def evaluate(config_path: str, candidate: str, runs_dir: Path) -> int:
     """Run the whole pipeline for one candidate and decide promote / reject / inconclusive.
 
@@ -104,11 +107,7 @@ def evaluate(config_path: str, candidate: str, runs_dir: Path) -> int:
 
 
 @main.command()
-@config_option
-@candidate_option
-@runs_option
-@debug_option
-@handle_errors
+@candidate_job
 def quantize(config_path: str, candidate: str, runs_dir: Path) -> int:
     """Build (or find in the cache) one candidate's quantised checkpoint and print its manifest."""
     from .pipeline import run_quantize

@@ -132,6 +132,7 @@ class EngineServer:
             self.process = subprocess.Popen(
                 self.command, stdout=log, stderr=subprocess.STDOUT, env=self._env(),
                 start_new_session=True,  # its own process group, see the module docstring
+                preexec_fn=_die_with_parent,
             )
         self._wait_healthy(started)
         self.info.cold_start_s = round(time.perf_counter() - started, 2)
@@ -212,6 +213,19 @@ class EngineServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _die_with_parent() -> None:
+    """In the engine's child process: ask Linux to SIGTERM it when the workbench dies.
+
+    Context managers cover every exit Python sees; this covers the one it cannot (the
+    workbench killed with SIGKILL), which would otherwise orphan the engine.
+    """
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        pr_set_pdeathsig = 1
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
 
 
 def _signal_group(pgid: int, sig: int) -> None:

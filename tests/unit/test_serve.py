@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -99,3 +100,39 @@ def test_parse_cache_info_reads_labels() -> None:
     text = '# HELP x\nvllm:cache_config_info{block_size="128",cache_dtype="fp8"} 1.0\n'
     assert parse_cache_info(text) == {"block_size": "128", "cache_dtype": "fp8"}
     assert parse_cache_info("") == {}
+
+
+def test_engine_does_not_outlive_a_killed_workbench(tmp_path):
+    """SIGKILL of the workbench skips every cleanup handler; the engine must still go."""
+    script = tmp_path / "stand_in.py"
+    script.write_text(STAND_IN)
+    owner = tmp_path / "owner.py"
+    owner.write_text(textwrap.dedent(f'''
+        import sys, time
+        from pathlib import Path
+        from workbench.config import EngineConfig
+        from workbench.serve import EngineServer
+        srv = EngineServer(Path("{tmp_path}"), "m", EngineConfig(), Path("{tmp_path}/s.log"),
+                           device="cpu")
+        srv.command = [sys.executable, "{script}", str(srv.port), "0", "ok", "{tmp_path}/c.pid"]
+        srv.start()
+        Path("{tmp_path}/engine.pid").write_text(str(srv.process.pid))
+        time.sleep(600)
+    '''))
+    proc = subprocess.Popen([sys.executable, str(owner)])
+    pid_file = tmp_path / "engine.pid"
+    for _ in range(300):
+        if pid_file.exists():
+            break
+        time.sleep(0.1)
+    engine = int(pid_file.read_text())
+    assert alive(engine)
+    proc.kill()
+    proc.wait()
+    for _ in range(50):
+        if not alive(engine):
+            break
+        time.sleep(0.1)
+    assert not alive(engine)
+    # the stand-in's own child has no such guard (vLLM's workers watch their parent)
+    subprocess.run(["pkill", "-9", "-g", str(engine)], check=False)
