@@ -28,7 +28,7 @@ from .measure import (
     measure,
     store_in_cache,
 )
-from .quantize import QuantizeResult, quantize
+from .quantize import DATA_FREE_RECIPES, QuantizeResult, calibration_samples, quantize
 from .record import DecisionRecord, host_facts, write_json, write_record
 from .serve import detect_device, engine_version
 from .tracking import Tracker
@@ -58,6 +58,11 @@ def plan(cfg: RunConfig, candidate: str) -> Plan:
     problems += [f"{cfg.resolve(cfg.gates)}: quality gate names suite {g.suite!r}, which the "
                  f"config does not run (suites: {', '.join(sorted(names))})"
                  for g in p.policy.quality if g.suite not in names]
+    if p.candidate.recipe is not None and p.candidate.recipe not in DATA_FREE_RECIPES:
+        try:
+            calibration_samples(cfg.calibration, cfg.resolve)
+        except InputError as err:
+            problems += err.problems
     if problems:
         raise InputError(problems[0], problems)
     return p

@@ -60,3 +60,18 @@ def test_validate_reports_gate_and_suite_problems_together(tmp_path: Path) -> No
     assert result.exit_code == 2
     assert "g.yaml: quality.0.max_drop" in result.output
     assert "suite 'nope' not found" in result.output
+
+
+def test_missing_calibration_file_is_caught_before_any_run_starts(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(DEFAULT.read_text()
+                   .replace("calibration_data/shakespeare_milton.jsonl", "nowhere.jsonl")
+                   .replace("path: default", f"path: {tmp_path}")
+                   .replace("gates: gates/default.yaml",
+                            f"gates: {REPO / 'configs' / 'gates' / 'default.yaml'}"))
+    (tmp_path / "config.json").write_text("{}")  # looks like a model folder
+    result = run("evaluate", "--config", str(cfg), "--candidate", "int4",
+                 "--runs-dir", str(tmp_path / "runs"))
+    assert result.exit_code == 2
+    assert "calibration.files: 'nowhere.jsonl' not found" in result.output
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "mlflow.db").exists()

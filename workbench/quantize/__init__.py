@@ -21,7 +21,7 @@ from ..digests import folder_digest, sha256_json
 from ..errors import InfraError, InputError
 from ..paths import cache_root, offline_env, quant_python
 
-__all__ = ["QuantizeResult", "artifact_key", "calibration_samples", "quantize"]
+__all__ = ["DATA_FREE_RECIPES", "QuantizeResult", "artifact_key", "calibration_samples", "quantize"]
 
 WORKER = Path(__file__).with_name("worker.py")
 QUANT_LIBRARIES = ("llmcompressor", "compressed_tensors", "torch", "transformers")
