@@ -6,4 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 if [[ $# -eq 0 ]]; then set -- -m "not e2e"; fi
+# Import this checkout's code even if another clone ran setup.sh (and so the editable
+# install) last; the tests' workbench subprocesses inherit it.
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 exec .venv/bin/python -m pytest "$@"
