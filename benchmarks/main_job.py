@@ -21,7 +21,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-from workbench.paths import cache_root  # noqa: E402
+from workbench.paths import link_shared_cache  # noqa: E402
 
 
 def timed(cmd: list[str], env: dict[str, str], cwd: Path) -> tuple[float, int]:
@@ -38,13 +38,8 @@ def main() -> None:
     args = parser.parse_args()
 
     setup_s, setup_rc = timed(["bash", "scripts/setup.sh"], dict(os.environ), REPO)
-    real = cache_root()
     with tempfile.TemporaryDirectory(prefix="wb-bench-") as tmp:
-        scratch = Path(tmp) / "cache"
-        scratch.mkdir()
-        for shared in ("envs", "models", "vllm", "digests"):
-            if (real / shared).exists():
-                (scratch / shared).symlink_to(real / shared)
+        scratch = link_shared_cache(Path(tmp) / "cache")
         env = {**os.environ, "WORKBENCH_CACHE": str(scratch),
                "MLFLOW_TRACKING_URI": f"sqlite:///{tmp}/mlflow.db"}
         cmd = [str(REPO / ".venv" / "bin" / "workbench"), "evaluate", "--candidate",

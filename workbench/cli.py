@@ -74,9 +74,10 @@ debug_option = click.option("--debug", is_flag=True, help="Show tracebacks on er
 
 def candidate_job(fn: Callable[..., int | None]) -> Callable[..., None]:
     """The options and error handling shared by commands that work on one candidate."""
-    for decorator in (handle_errors, debug_option, runs_option, candidate_option, config_option):
-        fn = decorator(fn)
-    return fn
+    command = handle_errors(fn)
+    for option in (debug_option, runs_option, candidate_option, config_option):
+        command = option(command)
+    return command
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

@@ -10,6 +10,7 @@ __all__ = [
     "cache_root",
     "default_model_dir",
     "engine_python",
+    "link_shared_cache",
     "offline_env",
     "quant_python",
 ]
@@ -40,6 +41,17 @@ def quant_python() -> Path:
 def default_model_dir() -> Path:
     """SmolLM2-135M-Instruct, converted to bf16 by scripts/setup.sh."""
     return cache_root() / "models" / "SmolLM2-135M-Instruct"
+
+
+def link_shared_cache(scratch: Path) -> Path:
+    """Make ``scratch`` a cache folder that shares this one's environments, models and
+    compile cache but has empty artifact and result caches: a cold run without rebuilding
+    environments. Used by the integration tests and benchmarks/main_job.py."""
+    scratch.mkdir(parents=True, exist_ok=True)
+    for shared in ("envs", "models", "vllm"):
+        if (cache_root() / shared).exists() and not (scratch / shared).exists():
+            (scratch / shared).symlink_to(cache_root() / shared)
+    return scratch
 
 
 def offline_env(base: dict[str, str] | None = None) -> dict[str, str]:

@@ -18,6 +18,7 @@ from .compare import decide, evaluate_gates
 from .config import RunConfig
 from .digests import folder_digest
 from .errors import InputError
+from .evaluate.runner import SuiteResult
 from .evaluate.suites import Suite, load_suite
 from .gates import GatePolicy, load_gate_policy
 from .measure import (
@@ -70,9 +71,10 @@ def plan(cfg: RunConfig, candidate: str) -> Plan:
 
 def _quantize_stage(p: Plan, run_dir: Path, console: Console) -> QuantizeResult:
     digest = folder_digest(p.model_dir)
-    with console.status(f"quantising {p.candidate_name} ({p.candidate.recipe or 'checkpoint'}); "
-                        f"log {run_dir / 'quantize.log'}"):
-        q = quantize(p.cfg, p.candidate_name, p.model_dir, digest, run_dir / "quantize.log")
+    what = f"quantising {p.candidate_name} ({p.candidate.recipe or 'checkpoint'})"
+    with console.status(what) as status:
+        q = quantize(p.cfg, p.candidate_name, p.model_dir, digest, run_dir / "quantize.log",
+                     on_progress=lambda step: status.update(f"{what} {step}"))
     if q.cache_hit:
         console.print(f"[green]✓[/] quantise {p.candidate_name}: reused cached artifact {q.path}")
     else:
@@ -107,9 +109,12 @@ def _candidate_stage(p: Plan, q: QuantizeResult, run_dir: Path, device: str,
                    console, device)
 
 
-def _suite_summary(m: Measurement) -> dict:
-    return {name: {"n": r.n, "accuracy": r.accuracy, "slices": r.slices, "digest": r.digest}
-            for name, r in m.suites.items()}
+def _paired_summaries(base: Measurement, cand: Measurement) -> dict:
+    def summary(r: SuiteResult) -> dict:
+        return {"n": r.n, "accuracy": r.accuracy, "slices": r.slices, "digest": r.digest}
+
+    return {name: {"baseline": summary(base.suites[name]), "candidate": summary(cand.suites[name])}
+            for name in base.suites if name in cand.suites}
 
 
 def _metrics(rec: DecisionRecord, base: Measurement, cand: Measurement) -> dict[str, float]:
@@ -144,8 +149,7 @@ def build_record(p: Plan, q: QuantizeResult, base: Measurement, cand: Measuremen
                "candidate_path": q.path},
         device=host_facts(device),
         gates=outcomes,
-        suites={n: {"baseline": _suite_summary(base)[n], "candidate": _suite_summary(cand)[n]}
-                for n in base.suites},
+        suites=_paired_summaries(base, cand),
         load={"baseline": base.load.to_dict(), "candidate": cand.load.to_dict()},
         engine={"version": engine_version(), "config": p.cfg.engine.model_dump(),
                 "baseline_command": base.server.command,

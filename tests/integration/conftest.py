@@ -6,12 +6,13 @@ linear layer's input width (128, 256) is divisible by the int4 group size 64.
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
 import pytest
 
-from workbench.paths import default_model_dir, engine_python, quant_python
+from workbench.paths import default_model_dir, engine_python, link_shared_cache, quant_python
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja")
 
@@ -24,6 +25,20 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             if "integration" in item.keywords:
                 item.add_marker(pytest.mark.skip(
                     reason=f"run scripts/setup.sh first (missing {missing[0]})"))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def cold_caches(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Empty artifact and result caches for the session, so every run of the suite really
+    quantises and really measures the baseline; environments and models are shared."""
+    scratch = link_shared_cache(tmp_path_factory.mktemp("cache"))
+    previous = os.environ.get("WORKBENCH_CACHE")
+    os.environ["WORKBENCH_CACHE"] = str(scratch)
+    yield scratch
+    if previous is None:
+        os.environ.pop("WORKBENCH_CACHE", None)
+    else:
+        os.environ["WORKBENCH_CACHE"] = previous
 
 
 @pytest.fixture(scope="session")

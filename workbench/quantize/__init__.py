@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import shutil
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -84,15 +86,42 @@ def _folder_size(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
-def _run_worker(job: dict, log_file: Path) -> None:
+_STEP = re.compile(r"\((\d+)/(\d+)\): (\w+)")
+
+
+def latest_progress(log_file: Path) -> str:
+    """'layer 26/31: Calibrating' from llm-compressor's progress bars, or ''.
+
+    llm-compressor calibrates one decoder layer at a time and says so in its tqdm lines;
+    the last such mark in the log is where it is now.
+    """
+    try:
+        with log_file.open("rb") as f:
+            f.seek(max(0, f.seek(0, 2) - 4096))
+            tail = f.read().decode(errors="replace")
+    except OSError:
+        return ""
+    marks = _STEP.findall(tail)
+    return f"layer {marks[-1][0]}/{marks[-1][1]}: {marks[-1][2]}" if marks else ""
+
+
+def _run_worker(job: dict, log_file: Path, on_progress: Callable[[str], None]) -> None:
     if not quant_python().exists():
         raise InfraError(f"quantiser environment not found at {quant_python()}; "
                          "run scripts/setup.sh")
     job_file = Path(job["result_file"]).with_name("job.json")
     job_file.write_text(json.dumps(job, indent=2))
     with log_file.open("w") as log:
-        proc = subprocess.run([str(quant_python()), str(WORKER), str(job_file)],
-                              stdout=log, stderr=subprocess.STDOUT, env=offline_env())
+        proc = subprocess.Popen([str(quant_python()), str(WORKER), str(job_file)],
+                                stdout=log, stderr=subprocess.STDOUT, env=offline_env())
+        try:
+            while proc.poll() is None:
+                on_progress(latest_progress(log_file))
+                time.sleep(0.5)
+        finally:
+            if proc.poll() is None:  # interrupted: never leave the quantiser running
+                proc.kill()
+                proc.wait()
     if proc.returncode != 0:
         tail = " | ".join(log_file.read_text(errors="replace").strip().splitlines()[-3:])
         raise InfraError(f"quantisation failed (exit {proc.returncode}; log: {log_file}): "
@@ -100,7 +129,8 @@ def _run_worker(job: dict, log_file: Path) -> None:
 
 
 def quantize(cfg: RunConfig, name: str, model_dir: Path, model_digest: str,
-             log_file: Path) -> QuantizeResult:
+             log_file: Path, on_progress: Callable[[str], None] = lambda _s: None
+             ) -> QuantizeResult:
     """Return the candidate's checkpoint, building it only on a cache miss."""
     cand = cfg.candidate(name)
     if cand.checkpoint is not None:
@@ -137,7 +167,7 @@ def quantize(cfg: RunConfig, name: str, model_dir: Path, model_digest: str,
         "result_file": str(work / "result.json"),
     }
     try:
-        _run_worker(job, log_file)
+        _run_worker(job, log_file, on_progress)
         facts = json.loads((work / "result.json").read_text())
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
