@@ -51,7 +51,7 @@ def handle_errors(fn: Callable[..., int | None]) -> Callable[..., None]:
                 err_console.print(f"[red]error:[/] {line}", soft_wrap=True)
             code = err.exit_code
         except KeyboardInterrupt:
-            err_console.print("[yellow]interrupted[/]: engine stopped, partial results kept")
+            err_console.print("[yellow]interrupted[/]: engine stopped; anything measured so far is kept")
             code = 130
         sys.exit(code)
 
@@ -139,14 +139,17 @@ def serve(config_path: str, candidate: str | None, runs_dir: Path) -> int:
         model_dir = Path(run_quantize(cfg, candidate, runs_dir, console).path)
         name, extra = f"{cfg.model.name}-{candidate}", cfg.candidate(candidate).engine_args
     log = runs_dir / f"serve-{name}-{time.strftime('%Y%m%d-%H%M%S')}.log"
-    with console.status(f"starting vLLM for {model_dir} (log {log})"):
-        server = EngineServer(model_dir, name, cfg.engine, log, extra).__enter__()
-    with server:
+    server = EngineServer(model_dir, name, cfg.engine, log, extra)
+    try:
+        with console.status(f"starting vLLM for {model_dir} (log {log})"):
+            server.start()
         console.print(f"serving [bold]{name}[/] at {server.base_url}/v1 "
                       f"(OpenAI-compatible; log {log}). Ctrl-C stops it.")
         while server.alive():
             time.sleep(1)
         server.check_alive()
+    finally:
+        server.stop()
     return 0
 
 

@@ -96,9 +96,9 @@ def measure(cfg: RunConfig, role: str, model_dir: Path, served: str, extra_args:
     started = time.perf_counter()
     server = EngineServer(model_dir, served, cfg.engine, out_dir / "server.log", extra_args,
                           device=device)
-    with console.status(f"[{role}] starting vLLM ({device}) for {model_dir.name}"):
-        server.__enter__()
     try:
+        with console.status(f"[{role}] starting vLLM ({device}) for {model_dir.name}"):
+            server.start()
         console.print(f"  [{role}] engine healthy after {server.info.cold_start_s:.1f}s "
                       f"(vLLM {server.info.version}, log {server.log_file})")
         suite_results = _run_suites(cfg, server, served, suites, out_dir, console)

@@ -122,6 +122,8 @@ class EngineServer:
         return env
 
     def start(self) -> ServerInfo:
+        if self.process is not None:
+            raise RuntimeError("this EngineServer is already running; stop() it first")
         if not engine_python().exists():
             raise InfraError(
                 f"engine environment not found at {engine_python()}; run scripts/setup.sh"
