@@ -10,7 +10,8 @@
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-cache=${WORKBENCH_CACHE:-$HOME/.cache/quant-workbench}
+home=${HOME:-$(getent passwd "$(id -u)" | cut -d: -f6)}  # CI may run without HOME
+cache=${WORKBENCH_CACHE:-$home/.cache/quant-workbench}
 python=${WORKBENCH_PYTHON:-python3.11}
 mkdir -p "$cache/envs" "$cache/models" "$cache/downloads"
 say() { printf '\033[1msetup:\033[0m %s\n' "$*"; }
