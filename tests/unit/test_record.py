@@ -42,3 +42,16 @@ def test_nothing_reused_says_nothing(tmp_path: Path) -> None:
     rec.reused = {"baseline_results": False, "quantized_artifact": False}
     _, md_path = write_record(tmp_path, rec)
     assert "Reused from cache" not in md_path.read_text()
+
+
+def test_console_table_keeps_slice_names(tmp_path: Path) -> None:
+    from rich.console import Console
+
+    from workbench.pipeline import show_decision
+
+    rec = record("reject")
+    rec.gates = [GateOutcome("quality:arithmetic[one-digit]", "fail", "delta [-0.6, -0.3]")]
+    console = Console(record=True, width=200)
+    show_decision(rec, console)
+    text = console.export_text()
+    assert "quality:arithmetic[one-digit]" in text and "[-0.6, -0.3]" in text
