@@ -14,7 +14,7 @@ home=${HOME:-$(getent passwd "$(id -u)" | cut -d: -f6)}  # CI may run without HO
 cache=${WORKBENCH_CACHE:-$home/.cache/quant-workbench}
 python=${WORKBENCH_PYTHON:-python3.11}
 mkdir -p "$cache/envs" "$cache/models" "$cache/downloads"
-say() { printf '\033[1msetup:\033[0m %s\n' "$*"; }
+say() { if [[ -t 1 ]]; then printf '\033[1msetup:\033[0m %s\n' "$*"; else echo "setup: $*"; fi; }
 
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
   device=cuda
