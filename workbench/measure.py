@@ -25,7 +25,7 @@ from .evaluate.suites import Suite
 from .loadtest import LoadResult, run_load_test
 from .paths import cache_root
 from .record import write_json
-from .serve import EngineServer, ServerInfo
+from .serve import EngineServer, ServerInfo, parse_cache_info
 
 __all__ = ["MEASUREMENT_FILE", "Measurement", "baseline_key", "cached_measurement", "measure"]
 
@@ -109,19 +109,14 @@ def measure(cfg: RunConfig, role: str, model_dir: Path, served: str, extra_args:
                 f"  [{role}] load c={lv.concurrency}: {lv.output_throughput:.1f} out tok/s, "
                 f"TTFT p50 {lv.ttft_ms['p50']:.0f} ms, TPOT p50 {lv.tpot_ms['p50']:.1f} ms"),
         )
-        server.info.cache_info = _cache_info_or_keep(server)
+        # read after the load, when the engine has reported its final cache figures
+        server.info.cache_info = parse_cache_info(server.metrics()) or server.info.cache_info
     finally:
         server.stop()
     result = Measurement(role, server.info, suite_results, load,
                          round(time.perf_counter() - started, 2))
     write_json(out_dir / MEASUREMENT_FILE, result.to_dict())
     return result
-
-
-def _cache_info_or_keep(server: EngineServer) -> dict[str, str]:
-    from .serve import parse_cache_info
-
-    return parse_cache_info(server.metrics()) or server.info.cache_info
 
 
 def cached_measurement(key: str) -> Path:
