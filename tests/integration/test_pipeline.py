@@ -29,8 +29,19 @@ engine: {{max_model_len: 512, enforce_eager: true, kv_cache_space_gib: 1, startu
 suites: [arithmetic]
 profile: smoke
 load: {{concurrency: [1, 4], num_prompts: 8, input_len: 32, output_len: 16, warmup_prompts: 1}}
-gates: {repo}/configs/gates/default.yaml
+gates: gates.yaml
 tracking: {{experiment: integration}}
+"""
+
+# Latency on a 3M-parameter model on 2 shared cores is noise around 1x: the bounds here are
+# wide so the decision depends on the (deterministic, greedy) quality results alone, while
+# the latency gates are still computed from real measurements.
+GATES = """
+quality:
+  - {suite: arithmetic, max_drop: 0.05, slice_max_drop: 0.15}
+latency:
+  - {metric: tpot_p50_ms, max_ratio: 20.0}
+  - {metric: output_throughput, min_ratio: 0.05}
 """
 
 
@@ -43,6 +54,7 @@ def workbench(*args: str, cwd: Path, timeout: float = 1200) -> subprocess.Comple
 def tiny_config(tiny_model: Path, tmp_path: Path) -> Path:
     path = tmp_path / "tiny.yaml"
     path.write_text(CONFIG.format(model=tiny_model, repo=REPO))
+    (tmp_path / "gates.yaml").write_text(GATES)
     return path
 
 
@@ -72,7 +84,8 @@ def test_quantise_serve_evaluate_gate_record(tiny_config: Path, tmp_path: Path) 
     assert (record_file.parent / "decision.md").read_text().startswith("# Decision")
     gates = {g["gate"]: g for g in record["gates"]}
     assert "quality:arithmetic" in gates
-    assert any(g.startswith("latency:tpot_p50_ms") for g in gates)
+    expected = {"latency:tpot_p50_ms:max_ratio@c1", "latency:output_throughput:min_ratio@c4"}
+    assert expected <= set(gates)
     # the candidate really is the quantised checkpoint, in the format vLLM loads
     candidate_config = json.loads((Path(record["model"]["candidate_path"]) / "config.json")
                                   .read_text())
