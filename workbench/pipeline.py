@@ -4,6 +4,7 @@ compare & gate -> record. Each stage's result is saved in the run folder as it c
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 import time
@@ -49,6 +50,14 @@ class Plan:
         self.policy: GatePolicy = load_gate_policy(cfg.resolve(cfg.gates))
         self.suites: list[Suite] = [load_suite(name) for name in cfg.suites]
 
+    @functools.cached_property
+    def model_digest(self) -> str:
+        return folder_digest(self.model_dir)
+
+    @functools.cached_property
+    def engine_version(self) -> str:
+        return engine_version()
+
 
 def plan(cfg: RunConfig, candidate: str) -> Plan:
     p = Plan(cfg, candidate)
@@ -71,10 +80,9 @@ def plan(cfg: RunConfig, candidate: str) -> Plan:
 
 
 def _quantize_stage(p: Plan, run_dir: Path, console: Console) -> QuantizeResult:
-    digest = folder_digest(p.model_dir)
     what = f"quantising {p.candidate_name} ({p.candidate.recipe or 'checkpoint'})"
     with console.status(what) as status:
-        q = quantize(p.cfg, p.candidate_name, p.model_dir, digest, run_dir / "quantize.log",
+        q = quantize(p.cfg, p.candidate_name, p.model_dir, p.model_digest, run_dir / "quantize.log",
                      on_progress=lambda step: status.update(f"{what} {step}"))
     if q.cache_hit:
         console.print(f"[green]✓[/] quantise {p.candidate_name}: reused cached artifact {q.path}")
@@ -87,7 +95,7 @@ def _quantize_stage(p: Plan, run_dir: Path, console: Console) -> QuantizeResult:
 
 def _baseline_stage(p: Plan, run_dir: Path, device: str, console: Console
                     ) -> tuple[Measurement, bool]:
-    key = baseline_key(p.cfg, folder_digest(p.model_dir), p.suites, device, engine_version())
+    key = baseline_key(p.cfg, p.model_digest, p.suites, device, p.engine_version)
     cached = cached_measurement(key)
     hit = load_cached(cached)
     if hit is not None:
@@ -146,13 +154,13 @@ def build_record(p: Plan, q: QuantizeResult, base: Measurement, cand: Measuremen
         decision=decide(outcomes),
         candidate=p.candidate_name,
         model={"name": p.cfg.model.name, "path": str(p.model_dir),
-               "digest": q.manifest.get("model_digest") or folder_digest(p.model_dir),
+               "digest": p.model_digest,
                "candidate_path": q.path},
         device=host_facts(device),
         gates=outcomes,
         suites=_paired_summaries(base, cand),
         load={"baseline": base.load.to_dict(), "candidate": cand.load.to_dict()},
-        engine={"version": engine_version(), "config": p.cfg.engine.model_dump(),
+        engine={"version": p.engine_version, "config": p.cfg.engine.model_dump(),
                 "baseline_command": base.server.command,
                 "candidate_command": cand.server.command,
                 "baseline_cache": base.server.cache_info,
@@ -160,7 +168,7 @@ def build_record(p: Plan, q: QuantizeResult, base: Measurement, cand: Measuremen
         quantization=q.manifest,
         data_digests={s.name: s.digest for s in p.suites},
         seeds={"run": p.cfg.seed, "load": p.cfg.load.seed, "calibration": p.cfg.calibration.seed},
-        library_versions={"engine": engine_version(),
+        library_versions={"engine": p.engine_version,
                           **q.manifest.get("library_versions", {})},
         run_dir=str(run_dir),
         created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -183,13 +191,13 @@ def run_evaluate(cfg: RunConfig, candidate: str, runs_root: Path,
     device = detect_device()
     run_dir = new_run_dir(runs_root, candidate)
     (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json")))
-    console.print(f"run folder {run_dir} · device {device} · engine {engine_version()}")
+    console.print(f"run folder {run_dir} · device {device} · engine {p.engine_version}")
     started = time.perf_counter()
     tags = {"candidate": candidate, "model": cfg.model.name, "device": device}
     with Tracker(cfg.tracking, f"{cfg.model.name}:{candidate}", tags) as tracker:
         tracker.log_params({"candidate": candidate, "recipe": p.candidate.model_dump_json(),
                             "model_path": str(p.model_dir), "device": device,
-                            "engine": engine_version(), "engine_config":
+                            "engine": p.engine_version, "engine_config":
                             cfg.engine.model_dump_json(), "suites": ",".join(cfg.suites),
                             "profile": cfg.profile, "load": cfg.load.model_dump_json(),
                             "gates": str(cfg.resolve(cfg.gates)), "run_dir": str(run_dir)})
