@@ -109,13 +109,29 @@ def evaluate(config_path: str, candidate: str, runs_dir: Path) -> int:
 
 
 @main.command()
-@candidate_job
-def quantize(config_path: str, candidate: str, runs_dir: Path) -> int:
-    """Build (or find in the cache) one candidate's quantised checkpoint and print its manifest."""
+@config_option
+@click.option("--candidate", "candidates", multiple=True,
+              help="Candidate name from the config's 'candidates' (repeatable).")
+@click.option("--all", "all_candidates", is_flag=True, help="Every candidate in the config.")
+@runs_option
+@debug_option
+@handle_errors
+def quantize(config_path: str, candidates: tuple[str, ...], all_candidates: bool,
+             runs_dir: Path) -> int:
+    """Build (or find in the cache) candidates' quantised checkpoints.
+
+    Prints each manifest's figures (size, compression ratio, held-out perplexity against the
+    baseline) and whether the engine on this device can serve each candidate.
+    """
     from .pipeline import run_quantize
 
     cfg = load_config(_config_path(config_path))
-    run_quantize(cfg, candidate, runs_dir, console)
+    if all_candidates == bool(candidates):
+        raise InputError("give --candidate NAME (repeatable) or --all")
+    names = list(cfg.candidates) if all_candidates else list(dict.fromkeys(candidates))
+    for name in names:
+        cfg.candidate(name)  # unknown names fail before any work
+    run_quantize(cfg, names, runs_dir, console)
     return 0
 
 
@@ -137,8 +153,8 @@ def serve(config_path: str, candidate: str | None, runs_dir: Path) -> int:
     name, extra = cfg.model.name, []
     if candidate is not None:
         plan(cfg, candidate)
-        model_dir = Path(run_quantize(cfg, candidate, runs_dir, console).path)
-        name, extra = f"{cfg.model.name}-{candidate}", cfg.candidate(candidate).engine_args
+        q = run_quantize(cfg, [candidate], runs_dir, console)[0]
+        model_dir, name, extra = Path(q.path), f"{cfg.model.name}-{candidate}", q.serve_args
     log = runs_dir / f"serve-{name}-{time.strftime('%Y%m%d-%H%M%S')}.log"
     server = EngineServer(model_dir, name, cfg.engine, log, extra)
     try:

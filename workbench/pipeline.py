@@ -31,7 +31,15 @@ from .measure import (
     measure,
     store_in_cache,
 )
-from .quantize import DATA_FREE_RECIPES, QuantizeResult, calibration_samples, quantize
+from .quantize import QuantizeResult, calibration_samples, needs_calibration, quantize
+from .quantize.formats import (
+    ServedFormat,
+    format_of_candidate,
+    format_of_checkpoint,
+    group_size_problems,
+    serve_args_for,
+    unsupported_reason,
+)
 from .record import DecisionRecord, host_facts, write_json, write_record
 from .serve import detect_device, engine_version
 from .tracking import Tracker
@@ -42,8 +50,9 @@ __all__ = ["Plan", "plan", "run_evaluate", "run_quantize"]
 class Plan:
     """Everything checked before any work starts: a bad input fails here, nothing written."""
 
-    def __init__(self, cfg: RunConfig, candidate: str) -> None:
+    def __init__(self, cfg: RunConfig, candidate: str, device: str | None = None) -> None:
         self.cfg = cfg
+        self.device = device or detect_device()
         self.candidate_name = candidate
         self.candidate = cfg.candidate(candidate)
         self.model_dir = cfg.model.resolved_path(cfg.base_dir)
@@ -59,8 +68,58 @@ class Plan:
         return engine_version()
 
 
-def plan(cfg: RunConfig, candidate: str) -> Plan:
-    p = Plan(cfg, candidate)
+def _largest_dividing_power_of_two(model_dir: Path, upto: int) -> int:
+    g = upto
+    while g > 1 and group_size_problems(model_dir, g):
+        g //= 2
+    return g
+
+
+def candidate_problems(cfg: RunConfig, name: str, model_dir: Path) -> list[str]:
+    """What makes a candidate impossible to build from this model (exit 2 before any work)."""
+    cand = cfg.candidate(name)
+    where = f"{cfg.source}: candidates.{name}"
+    problems = []
+    group = cand.resolved_group_size
+    if group and (model_dir / "config.json").is_file():
+        ragged = group_size_problems(model_dir, group)
+        if ragged:
+            fits = _largest_dividing_power_of_two(model_dir, group)
+            problems.append(f"{where}.group_size: {group} does not divide {'; '.join(ragged)} "
+                            f"of {model_dir.name}; use a power of two that divides them all "
+                            f"(largest: {fits})")
+    if cand.recipe_file is not None and not cfg.resolve(cand.recipe_file).is_file():
+        problems.append(f"{where}.recipe_file: {cfg.resolve(cand.recipe_file)} not found")
+    if cand.checkpoint is not None and not (cfg.resolve(cand.checkpoint) / "config.json"
+                                            ).is_file():
+        problems.append(f"{where}.checkpoint: {cfg.resolve(cand.checkpoint)} is not a model "
+                        "folder (no config.json)")
+    return problems
+
+
+def unsupported_here(cfg: RunConfig, name: str, device: str, artifact: Path | None = None
+                     ) -> str | None:
+    """Why the engine on this device cannot serve the candidate, or None when it can."""
+    cand = cfg.candidate(name)
+    fmt: ServedFormat | None
+    if artifact is not None or cand.checkpoint is not None:
+        path = artifact or cfg.resolve(cand.checkpoint or "")
+        fmt = format_of_checkpoint(path, serve_args_for(path, cand.serve_args()))
+    else:
+        fmt = format_of_candidate(cand)
+    return unsupported_reason(fmt, device) if fmt is not None else None
+
+
+def serving_problem(cfg: RunConfig, name: str, device: str, artifact: Path | None = None
+                    ) -> str | None:
+    """The same, as a one-line error naming the config and the candidate."""
+    reason = unsupported_here(cfg, name, device, artifact)
+    return f"{cfg.source}: candidates.{name}: unsupported on {device}: {reason}" \
+        if reason else None
+
+
+def plan(cfg: RunConfig, candidate: str, device: str | None = None) -> Plan:
+    p = Plan(cfg, candidate, device)
     problems = []
     if not (p.model_dir / "config.json").is_file():
         hint = " (run scripts/setup.sh)" if cfg.model.path == "default" else ""
@@ -69,7 +128,11 @@ def plan(cfg: RunConfig, candidate: str) -> Plan:
     problems += [f"{cfg.resolve(cfg.gates)}: quality gate names suite {g.suite!r}, which the "
                  f"config does not run (suites: {', '.join(sorted(names))})"
                  for g in p.policy.quality if g.suite not in names]
-    if p.candidate.recipe is not None and p.candidate.recipe not in DATA_FREE_RECIPES:
+    problems += candidate_problems(cfg, candidate, p.model_dir)
+    if not problems:
+        unsupported = serving_problem(cfg, candidate, p.device)
+        problems += [unsupported] if unsupported else []
+    if needs_calibration(p.candidate):
         try:
             calibration_samples(cfg.calibration, cfg.resolve)
         except InputError as err:
@@ -80,15 +143,12 @@ def plan(cfg: RunConfig, candidate: str) -> Plan:
 
 
 def _quantize_stage(p: Plan, run_dir: Path, console: Console) -> QuantizeResult:
-    what = f"quantising {p.candidate_name} ({p.candidate.recipe or 'checkpoint'})"
+    kind = p.candidate.recipe or p.candidate.recipe_file or "checkpoint"
+    what = f"quantising {p.candidate_name} ({kind})"
     with console.status(what) as status:
         q = quantize(p.cfg, p.candidate_name, p.model_dir, p.model_digest, run_dir / "quantize.log",
                      on_progress=lambda step: status.update(f"{what} {step}"))
-    if q.cache_hit:
-        console.print(f"[green]✓[/] quantise {p.candidate_name}: reused cached artifact {q.path}")
-    else:
-        console.print(f"[green]✓[/] quantise {p.candidate_name}: built in "
-                      f"{q.manifest.get('wall_time_s', 0):.0f}s -> {q.path}")
+    console.print(f"[green]✓[/] quantise {p.candidate_name}: {_quantize_summary(q)}")
     write_json(run_dir / "quantize.json", q.to_dict())
     return q
 
@@ -114,7 +174,7 @@ def _candidate_stage(p: Plan, q: QuantizeResult, run_dir: Path, device: str,
                      console: Console) -> Measurement:
     console.print(f"[bold]candidate {p.candidate_name}[/]: measuring")
     return measure(p.cfg, "candidate", Path(q.path), f"{p.cfg.model.name}-{p.candidate_name}",
-                   p.candidate.engine_args, p.suites, p.model_dir, run_dir / "candidate",
+                   q.serve_args, p.suites, p.model_dir, run_dir / "candidate",
                    console, device)
 
 
@@ -188,7 +248,7 @@ def new_run_dir(root: Path, candidate: str) -> Path:
 def run_evaluate(cfg: RunConfig, candidate: str, runs_root: Path,
                  console: Console) -> DecisionRecord:
     p = plan(cfg, candidate)
-    device = detect_device()
+    device = p.device
     run_dir = new_run_dir(runs_root, candidate)
     (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json")))
     console.print(f"run folder {run_dir} · device {device} · engine {p.engine_version}")
@@ -203,6 +263,10 @@ def run_evaluate(cfg: RunConfig, candidate: str, runs_root: Path,
                             "gates": str(cfg.resolve(cfg.gates)), "run_dir": str(run_dir)})
         try:
             q = _quantize_stage(p, run_dir, console)
+            if p.candidate.recipe_file is not None:  # its format is known only now
+                unsupported = serving_problem(cfg, candidate, device, Path(q.path))
+                if unsupported:
+                    raise InputError(unsupported)
             base, base_hit = _baseline_stage(p, run_dir, device, console)
             cand = _candidate_stage(p, q, run_dir, device, console)
             rec = build_record(p, q, base, cand, run_dir, device,
@@ -221,15 +285,64 @@ def run_evaluate(cfg: RunConfig, candidate: str, runs_root: Path,
     return rec
 
 
-def run_quantize(cfg: RunConfig, candidate: str, runs_root: Path,
-                 console: Console) -> QuantizeResult:
-    p = Plan(cfg, candidate)
-    if not (p.model_dir / "config.json").is_file():
-        raise InputError(f"{cfg.source}: model.path: {p.model_dir} is not a model folder")
-    run_dir = new_run_dir(runs_root, f"quantize-{candidate}")
-    q = _quantize_stage(p, run_dir, console)
-    console.print_json(json.dumps(q.manifest, default=str))
-    return q
+def _quantize_summary(q: QuantizeResult) -> str:
+    m = q.manifest
+    text = {"cache": f"reused cached artifact {q.path}",
+            "built": f"built in {m.get('wall_time_s', 0):.0f}s -> {q.path}",
+            "checkpoint": f"ready checkpoint {q.path}",
+            "baseline weights": "baseline weights, served with " + (
+                " ".join(q.serve_args) or "the baseline's arguments")}[q.source]
+    fid = m.get("fidelity")
+    if fid:
+        text += (f" · held-out perplexity {fid['baseline_perplexity']:.2f} -> "
+                 f"{fid['candidate_perplexity']:.2f} (x{fid['perplexity_ratio']:.3f})")
+    return text
+
+
+def run_quantize(cfg: RunConfig, candidates: list[str], runs_root: Path,
+                 console: Console) -> list[QuantizeResult]:
+    """Build (or find) each candidate's checkpoint; say which ones this device can serve."""
+    plans = [Plan(cfg, name) for name in candidates]
+    model_dir = plans[0].model_dir
+    problems = [] if (model_dir / "config.json").is_file() else [
+        f"{cfg.source}: model.path: {model_dir} is not a model folder"]
+    for p in plans:
+        problems += candidate_problems(cfg, p.candidate_name, model_dir)
+        if needs_calibration(p.candidate) and not problems:
+            calibration_samples(cfg.calibration, cfg.resolve)
+    if problems:
+        raise InputError(problems[0], problems)
+    run_dir = new_run_dir(runs_root, "quantize-" + "-".join(candidates)[:80])
+    results = []
+    for p in plans:
+        p.__dict__["model_digest"] = plans[0].model_digest  # one digest of the model per run
+        sub = run_dir / p.candidate_name if len(plans) > 1 else run_dir
+        sub.mkdir(exist_ok=True)
+        results.append(_quantize_stage(p, sub, console))
+    write_json(run_dir / "quantize-summary.json", [q.to_dict() for q in results])
+    if len(results) == 1:
+        console.print_json(json.dumps(results[0].manifest, default=str))
+    show_quantize_table(cfg, results, plans[0].device, console)
+    return results
+
+
+def show_quantize_table(cfg: RunConfig, results: list[QuantizeResult], device: str,
+                        console: Console) -> None:
+    table = Table(title=f"candidates of {cfg.model.name}")
+    for col in ("candidate", "format", "size MB", "ratio", "held-out ppl", "built s",
+                f"serves on {device}"):
+        table.add_column(col)
+    for q in results:
+        m, fid = q.manifest, q.manifest.get("fidelity") or {}
+        problem = unsupported_here(cfg, q.candidate, device, Path(q.path))
+        ppl = (f"{fid['baseline_perplexity']:.2f} -> {fid['candidate_perplexity']:.2f}"
+               if fid else "-")
+        table.add_row(escape(q.candidate), escape(q.format.label),
+                      f"{m.get('size_bytes', 0) / 1e6:.0f}", f"{m.get('compression_ratio', 1):.2f}",
+                      ppl, f"{m['wall_time_s']:.0f}" if "wall_time_s" in m else "-",
+                      "[green]yes[/]" if problem is None else
+                      "[yellow]unsupported[/]: " + escape(problem))
+    console.print(table)
 
 
 _STYLE = {"pass": "green", "fail": "red", "inconclusive": "yellow", "not_applicable": "dim"}

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -60,3 +63,24 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
         if (default_model_dir() / name).exists():
             shutil.copy(default_model_dir() / name, out / name)
     return out
+
+
+def run_workbench(*args: str, cwd: Path, timeout: float = 1200) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "workbench.cli", *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=timeout, env=os.environ)
+
+
+def find_pids(marker: str) -> list[int]:
+    out = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout
+    return [int(p) for p in out.split()]
+
+
+@pytest.fixture()
+def workbench() -> Callable[..., subprocess.CompletedProcess]:
+    """The real CLI in a subprocess, as a user runs it."""
+    return run_workbench
+
+
+@pytest.fixture()
+def engine_pids() -> Callable[[str], list[int]]:
+    return find_pids

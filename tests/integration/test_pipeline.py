@@ -45,22 +45,12 @@ latency:
 """
 
 
-def workbench(*args: str, cwd: Path, timeout: float = 1200) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "workbench.cli", *args], cwd=cwd,
-                          capture_output=True, text=True, timeout=timeout, env=os.environ)
-
-
 @pytest.fixture()
 def tiny_config(tiny_model: Path, tmp_path: Path) -> Path:
     path = tmp_path / "tiny.yaml"
     path.write_text(CONFIG.format(model=tiny_model, repo=REPO))
     (tmp_path / "gates.yaml").write_text(GATES)
     return path
-
-
-def engine_pids(marker: str) -> list[int]:
-    out = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout
-    return [int(p) for p in out.split()]
 
 
 def mlflow_runs(tmp_path: Path):
@@ -70,7 +60,8 @@ def mlflow_runs(tmp_path: Path):
     return mlflow.search_runs(experiment_names=["integration"], output_format="list")
 
 
-def test_quantise_serve_evaluate_gate_record(tiny_config: Path, tmp_path: Path) -> None:
+def test_quantise_serve_evaluate_gate_record(tiny_config: Path, tmp_path: Path, workbench,
+                                             engine_pids) -> None:
     first = workbench("evaluate", "--candidate", "int4", "--config", str(tiny_config),
                       "--runs-dir", "runs",
                       cwd=tmp_path)
@@ -120,8 +111,8 @@ def test_quantise_serve_evaluate_gate_record(tiny_config: Path, tmp_path: Path) 
     assert engine_pids("vllm.entrypoints.openai.api_server") == []
 
 
-def test_engine_killed_mid_run_exits_3_and_marks_run_failed(tiny_config: Path,
-                                                            tmp_path: Path) -> None:
+def test_engine_killed_mid_run_exits_3_and_marks_run_failed(tiny_config: Path, tmp_path: Path,
+                                                            engine_pids) -> None:
     # A fresh load profile keeps the baseline cache from the test above out of play, so
     # the engine is really serving when it is killed.
     cfg = tiny_config.read_text().replace("num_prompts: 8", "num_prompts: 9")

@@ -30,7 +30,7 @@ def test_unknown_candidate_exits_2_naming_known_ones(tmp_path: Path) -> None:
     result = run("evaluate", "--config", str(DEFAULT), "--candidate", "nope",
                  "--runs-dir", str(tmp_path / "runs"))
     assert result.exit_code == 2
-    assert "unknown candidate 'nope'; known candidates: fp8, int4" in result.output
+    assert "unknown candidate 'nope'; known candidates: fp8, fp8+kv-fp8, int4" in result.output
     assert not (tmp_path / "runs").exists()  # nothing written half-way
 
 
@@ -75,3 +75,48 @@ def test_missing_calibration_file_is_caught_before_any_run_starts(tmp_path: Path
     assert result.exit_code == 2
     assert "calibration.files: 'nowhere.jsonl' not found" in result.output
     assert not (tmp_path / "runs").exists() and not (tmp_path / "mlflow.db").exists()
+
+
+def _config_with_fake_model(tmp_path: Path, extra_candidates: str = "") -> Path:
+    """The default config on a folder that has only a SmolLM2-shaped config.json."""
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(
+        '{"hidden_size": 576, "intermediate_size": 1536, "num_attention_heads": 9, '
+        '"head_dim": 64}')
+    text = DEFAULT.read_text().replace("path: default ", f"path: {model} ").replace(
+        "candidates:\n", "candidates:\n" + extra_candidates).replace(
+        "gates: gates/default.yaml", f"gates: {REPO}/configs/gates/default.yaml")
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(text)
+    return cfg
+
+
+def test_candidate_the_cpu_engine_cannot_serve_exits_2_before_any_work(
+        tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr("workbench.pipeline.detect_device", lambda: "cpu")
+    cfg = _config_with_fake_model(tmp_path)
+    result = run("evaluate", "--config", str(cfg), "--candidate", "int8-wo",
+                 "--runs-dir", str(tmp_path / "runs"))
+    assert result.exit_code == 2
+    assert "candidates.int8-wo: unsupported on cpu" in result.output
+    assert "CPUWNA16" in result.output
+    assert not (tmp_path / "runs").exists()
+
+
+def test_group_size_that_does_not_divide_the_model_exits_2(tmp_path: Path) -> None:
+    cfg = _config_with_fake_model(tmp_path, "  int4g128: {recipe: w4a16, group_size: 128}\n")
+    result = run("quantize", "--config", str(cfg), "--candidate", "int4g128",
+                 "--runs-dir", str(tmp_path / "runs"))
+    assert result.exit_code == 2
+    assert "candidates.int4g128.group_size: 128 does not divide" in result.output
+    assert "hidden_size) = 576" in result.output and "(largest: 64)" in result.output
+    assert not (tmp_path / "runs").exists()
+
+
+def test_quantize_needs_exactly_one_of_candidate_or_all(tmp_path: Path) -> None:
+    for args in ([], ["--all", "--candidate", "int4"]):
+        result = run("quantize", "--config", str(DEFAULT), *args)
+        assert result.exit_code == 2 and "--candidate NAME (repeatable) or --all" in result.output
+    result = run("quantize", "--config", str(DEFAULT), "--candidate", "int4", "--candidate", "x")
+    assert result.exit_code == 2 and "unknown candidate 'x'" in result.output

@@ -1,33 +1,42 @@
 """Quantise stage: build a candidate checkpoint, or find it in the artifact cache.
 
-Artifacts are content-addressed: the key digests the model, the recipe, the exact
-calibration samples and the quantiser's library versions, so a second run with the same
-inputs reuses the checkpoint and any change is a miss. llm-compressor runs as a subprocess
-in its own environment (its pins conflict with vLLM's; DESIGN.md, Environments).
+Artifacts are content-addressed: the key digests the model, the recipe (every default
+filled in, or the recipe file's bytes), the exact calibration samples and the quantiser's
+library versions, so a second run with the same inputs reuses the checkpoint and any
+change is a miss. llm-compressor runs as a subprocess in its own environment (its pins
+conflict with vLLM's; DESIGN.md, Environments). A candidate that needs no new checkpoint
+(recipe ``none``: the baseline's weights with other serving arguments) or that is a ready
+checkpoint passes through with a manifest of what it is.
 """
 
 from __future__ import annotations
 
 import json
-import random
 import re
 import shutil
 import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
-from ..config import CalibrationConfig, Candidate, RunConfig
+from ..config import Candidate, RunConfig
 from ..digests import folder_digest, sha256_json
 from ..errors import InfraError, InputError
 from ..paths import cache_root, offline_env, quant_python
+from .calibration import calibration_samples, heldout_samples
+from .formats import ServedFormat, format_of_candidate, format_of_checkpoint, serve_args_for
 
-__all__ = ["DATA_FREE_RECIPES", "QuantizeResult", "artifact_key", "calibration_samples", "quantize"]
+__all__ = [
+    "DATA_FREE_RECIPES", "QuantizeResult", "artifact_key", "calibration_samples",
+    "latest_progress", "needs_calibration", "quantize",
+]
 
 WORKER = Path(__file__).with_name("worker.py")
 QUANT_LIBRARIES = ("llmcompressor", "compressed_tensors", "torch", "transformers")
-DATA_FREE_RECIPES = {"fp8-dynamic"}
+DATA_FREE_RECIPES = {"fp8-dynamic", "none"}
 
 
 @dataclass(frozen=True)
@@ -37,32 +46,20 @@ class QuantizeResult:
     cache_hit: bool
     key: str
     manifest: dict
+    source: str               # built | cache | checkpoint | baseline weights
+    serve_args: list[str]     # from the current config, not the manifest: they may change
+
+    @property
+    def format(self) -> ServedFormat:
+        """The format as served: the checkpoint's own, with the serving arguments applied."""
+        return format_of_checkpoint(Path(self.path), self.serve_args)
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
-def calibration_samples(cfg: CalibrationConfig, resolve) -> list[str]:
-    """The exact texts used: a seeded sample of the configured files' 'text' fields."""
-    texts: list[str] = []
-    for name in cfg.files:
-        path = resolve(name)
-        if not path.is_file():
-            raise InputError(f"calibration.files: {name!r} not found (looked at {path})")
-        for lineno, line in enumerate(path.read_text().splitlines(), start=1):
-            if line.strip():
-                try:
-                    texts.append(json.loads(line)["text"])
-                except (json.JSONDecodeError, KeyError, TypeError):
-                    raise InputError(
-                        f"{path}:{lineno}: expected a JSON object with 'text'"
-                    ) from None
-    if len(texts) < cfg.num_samples:
-        raise InputError(
-            f"calibration.num_samples: {cfg.num_samples} asked for, but the files hold only "
-            f"{len(texts)} samples"
-        )
-    return random.Random(cfg.seed).sample(texts, cfg.num_samples)
+def needs_calibration(cand: Candidate) -> bool:
+    return cand.checkpoint is None and cand.recipe not in DATA_FREE_RECIPES
 
 
 def quant_library_versions() -> dict[str, str]:
@@ -75,10 +72,20 @@ def quant_library_versions() -> dict[str, str]:
     return versions
 
 
-def artifact_key(model_digest: str, cand: Candidate, samples_digest: str | None,
+def recipe_identity(cand: Candidate, resolve: Callable[[str], Path]) -> dict[str, Any]:
+    """What the artifact key records of the recipe: parameters, or the file's digest."""
+    if cand.recipe_file is None:
+        return cand.recipe_params()
+    path = resolve(cand.recipe_file)
+    if not path.is_file():
+        raise InputError(f"recipe_file: {cand.recipe_file!r} not found (looked at {path})")
+    return {"recipe_file": str(path), "sha256": sha256_json(path.read_text())}
+
+
+def artifact_key(model_digest: str, recipe: dict[str, Any], samples_digest: str | None,
                  versions: dict[str, str]) -> str:
-    recipe = cand.model_dump(include={"recipe", "group_size", "ignore"})
-    return sha256_json({"model": model_digest, "recipe": recipe, "calibration": samples_digest,
+    identity = {k: v for k, v in recipe.items() if k != "recipe_file"}  # the digest, not where
+    return sha256_json({"model": model_digest, "recipe": identity, "calibration": samples_digest,
                         "versions": versions})
 
 
@@ -128,29 +135,87 @@ def _run_worker(job: dict, log_file: Path, on_progress: Callable[[str], None]) -
                          f"{tail[:400]}")
 
 
+def _passthrough(cfg: RunConfig, name: str, cand: Candidate, model_dir: Path) -> QuantizeResult:
+    """A candidate with no new checkpoint: a ready checkpoint, or the baseline's weights."""
+    if cand.checkpoint is None:
+        fmt = format_of_candidate(cand)
+        assert fmt is not None
+        manifest = {"candidate": name, "source": "baseline weights", "path": str(model_dir),
+                    "format": fmt.to_dict(), "size_bytes": _folder_size(model_dir),
+                    "compression_ratio": 1.0}
+        return QuantizeResult(name, str(model_dir), True, "", manifest, "baseline weights",
+                              cand.serve_args())
+    path = cfg.resolve(cand.checkpoint)
+    if not (path / "config.json").is_file():
+        raise InputError(f"{cfg.source}: candidates.{name}.checkpoint: {path} is not a "
+                         "model folder (no config.json)")
+    size, base, digest = _folder_size(path), _folder_size(model_dir), folder_digest(path)
+    manifest = {"candidate": name, "source": "ready checkpoint", "path": str(path),
+                "digest": digest,
+                "format": format_of_checkpoint(path, []).to_dict(), "size_bytes": size,
+                "baseline_size_bytes": base, "compression_ratio": round(base / size, 3)}
+    return QuantizeResult(name, str(path), True, digest, manifest, "checkpoint",
+                          serve_args_for(path, cand.serve_args()))
+
+
+def _baseline_perplexity_file(model_digest: str, heldout: list[str], seq_len: int,
+                              versions: dict[str, str]) -> Path:
+    """The baseline's held-out perplexity is the same for every candidate: computed once."""
+    key = sha256_json({"model": model_digest, "heldout": heldout, "seq_len": seq_len,
+                       "versions": versions})
+    return cache_root() / "fidelity" / f"baseline-{key[:24]}.json"
+
+
+def _fidelity(facts: dict, baseline_file: Path, heldout: list[str], seq_len: int) -> dict | None:
+    measured = facts.pop("heldout_perplexity", {})
+    if not heldout or "candidate" not in measured:
+        return None
+    cached = "baseline" not in measured
+    if cached:
+        base = json.loads(baseline_file.read_text())
+    else:
+        base = measured["baseline"]
+        baseline_file.parent.mkdir(parents=True, exist_ok=True)
+        baseline_file.write_text(json.dumps(base))
+    cand = measured["candidate"]
+    return {"heldout_samples": len(heldout), "heldout_digest": sha256_json(heldout),
+            "seq_len": seq_len, "tokens": cand["tokens"],
+            "baseline_perplexity": base["perplexity"], "candidate_perplexity": cand["perplexity"],
+            "perplexity_ratio": round(cand["perplexity"] / base["perplexity"], 4),
+            "baseline_cached": cached, "seconds": cand["seconds"] + (0 if cached else
+                                                                      base["seconds"]),
+            "method": "transformers forward of the quantised model in llm-compressor's "
+                      "simulated (fake-quantised) form, before saving"}
+
+
+def _kv_and_ignore(path: Path) -> dict:
+    qc = json.loads((path / "config.json").read_text()).get("quantization_config") or {}
+    return {"kv_cache_scheme": qc.get("kv_cache_scheme"), "ignore": qc.get("ignore", [])}
+
+
 def quantize(cfg: RunConfig, name: str, model_dir: Path, model_digest: str,
              log_file: Path, on_progress: Callable[[str], None] = lambda _s: None
              ) -> QuantizeResult:
     """Return the candidate's checkpoint, building it only on a cache miss."""
     cand = cfg.candidate(name)
-    if cand.checkpoint is not None:
-        path = cfg.resolve(cand.checkpoint)
-        if not (path / "config.json").is_file():
-            raise InputError(f"{cfg.source}: candidates.{name}.checkpoint: {path} is not a "
-                             "model folder (no config.json)")
-        return QuantizeResult(name, str(path), True, folder_digest(path),
-                              {"source": "ready checkpoint", "path": str(path)})
+    if cand.checkpoint is not None or cand.recipe == "none":
+        return _passthrough(cfg, name, cand, model_dir)
 
-    needs_data = cand.recipe not in DATA_FREE_RECIPES
+    recipe = recipe_identity(cand, cfg.resolve)
+    needs_data = needs_calibration(cand)
     samples = calibration_samples(cfg.calibration, cfg.resolve) if needs_data else []
     samples_digest = sha256_json([samples, cfg.calibration.seq_len]) if needs_data else None
     versions = quant_library_versions()
-    key = artifact_key(model_digest, cand, samples_digest, versions)
+    key = artifact_key(model_digest, recipe, samples_digest, versions)
     final = cache_root() / "artifacts" / key[:24]
     if (final / "manifest.json").is_file():
         manifest = json.loads((final / "manifest.json").read_text())
-        return QuantizeResult(name, str(final), True, key, manifest)
+        return QuantizeResult(name, str(final), True, key, manifest, "cache",
+                              serve_args_for(final, cand.serve_args()))
 
+    heldout = heldout_samples(cfg.calibration, cfg.resolve)
+    base_ppl = _baseline_perplexity_file(model_digest, heldout, cfg.calibration.seq_len,
+                                         versions)
     # Build in a scratch folder beside the final one and rename at the end, so an
     # interrupted run never leaves a folder that looks complete.
     staging = final.with_name(f"{final.name}.partial-{int(time.time())}")
@@ -159,11 +224,14 @@ def quantize(cfg: RunConfig, name: str, model_dir: Path, model_digest: str,
     work = staging / "_job"
     work.mkdir()
     (work / "samples.json").write_text(json.dumps(samples))
+    (work / "heldout.json").write_text(json.dumps(heldout))
     job = {
-        "model_dir": str(model_dir), "out_dir": str(staging), "recipe": cand.recipe,
-        "group_size": cand.group_size, "ignore": cand.ignore, "needs_data": needs_data,
+        "model_dir": str(model_dir), "out_dir": str(staging), **recipe,
+        "recipe_file": recipe.get("recipe_file"), "needs_data": needs_data,
         "samples_file": str(work / "samples.json"), "num_samples": len(samples),
         "seq_len": cfg.calibration.seq_len, "seed": cfg.calibration.seed,
+        "heldout_file": str(work / "heldout.json") if heldout else None,
+        "baseline_perplexity": "cached" if base_ppl.is_file() else None,
         "result_file": str(work / "result.json"),
     }
     try:
@@ -173,20 +241,28 @@ def quantize(cfg: RunConfig, name: str, model_dir: Path, model_digest: str,
         shutil.rmtree(staging, ignore_errors=True)
         raise
     shutil.rmtree(work)
+    size, base_size = _folder_size(staging), _folder_size(model_dir)
+    facts["scheme_summary"].update(_kv_and_ignore(staging))
     manifest = {
         "candidate": name,
-        "recipe": cand.model_dump(include={"recipe", "group_size", "ignore"}),
+        "source": "built",
+        "recipe": recipe,
+        "format": format_of_checkpoint(staging, []).to_dict(),  # the checkpoint's own
         "key": key,
         "model_dir": str(model_dir),
         "model_digest": model_digest,
         "calibration": {**cfg.calibration.model_dump(), "samples_digest": samples_digest}
         if needs_data else None,
+        "fidelity": _fidelity(facts, base_ppl, heldout, cfg.calibration.seq_len),
         **facts,
-        "size_bytes": _folder_size(staging),
-        "baseline_size_bytes": _folder_size(model_dir),
+        "size_bytes": size,
+        "baseline_size_bytes": base_size,
+        "compression_ratio": round(base_size / size, 3),
+        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
     (staging / "manifest.json").write_text(json.dumps(manifest, indent=2))
     if final.exists():
         shutil.rmtree(final)
     staging.rename(final)
-    return QuantizeResult(name, str(final), False, key, manifest)
+    return QuantizeResult(name, str(final), False, key, manifest, "built",
+                          serve_args_for(final, cand.serve_args()))

