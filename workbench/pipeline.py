@@ -32,14 +32,7 @@ from .measure import (
     store_in_cache,
 )
 from .quantize import QuantizeResult, calibration_samples, needs_calibration, quantize
-from .quantize.formats import (
-    ServedFormat,
-    format_of_candidate,
-    format_of_checkpoint,
-    group_size_problems,
-    serve_args_for,
-    unsupported_reason,
-)
+from .quantize.checks import candidate_problems, serving_problem, unsupported_here
 from .record import DecisionRecord, host_facts, write_json, write_record
 from .serve import detect_device, engine_version
 from .tracking import Tracker
@@ -66,56 +59,6 @@ class Plan:
     @functools.cached_property
     def engine_version(self) -> str:
         return engine_version()
-
-
-def _largest_dividing_power_of_two(model_dir: Path, upto: int) -> int:
-    g = upto
-    while g > 1 and group_size_problems(model_dir, g):
-        g //= 2
-    return g
-
-
-def candidate_problems(cfg: RunConfig, name: str, model_dir: Path) -> list[str]:
-    """What makes a candidate impossible to build from this model (exit 2 before any work)."""
-    cand = cfg.candidate(name)
-    where = f"{cfg.source}: candidates.{name}"
-    problems = []
-    group = cand.resolved_group_size
-    if group and (model_dir / "config.json").is_file():
-        ragged = group_size_problems(model_dir, group)
-        if ragged:
-            fits = _largest_dividing_power_of_two(model_dir, group)
-            problems.append(f"{where}.group_size: {group} does not divide {'; '.join(ragged)} "
-                            f"of {model_dir.name}; use a power of two that divides them all "
-                            f"(largest: {fits})")
-    if cand.recipe_file is not None and not cfg.resolve(cand.recipe_file).is_file():
-        problems.append(f"{where}.recipe_file: {cfg.resolve(cand.recipe_file)} not found")
-    if cand.checkpoint is not None and not (cfg.resolve(cand.checkpoint) / "config.json"
-                                            ).is_file():
-        problems.append(f"{where}.checkpoint: {cfg.resolve(cand.checkpoint)} is not a model "
-                        "folder (no config.json)")
-    return problems
-
-
-def unsupported_here(cfg: RunConfig, name: str, device: str, artifact: Path | None = None
-                     ) -> str | None:
-    """Why the engine on this device cannot serve the candidate, or None when it can."""
-    cand = cfg.candidate(name)
-    fmt: ServedFormat | None
-    if artifact is not None or cand.checkpoint is not None:
-        path = artifact or cfg.resolve(cand.checkpoint or "")
-        fmt = format_of_checkpoint(path, serve_args_for(path, cand.serve_args()))
-    else:
-        fmt = format_of_candidate(cand)
-    return unsupported_reason(fmt, device) if fmt is not None else None
-
-
-def serving_problem(cfg: RunConfig, name: str, device: str, artifact: Path | None = None
-                    ) -> str | None:
-    """The same, as a one-line error naming the config and the candidate."""
-    reason = unsupported_here(cfg, name, device, artifact)
-    return f"{cfg.source}: candidates.{name}: unsupported on {device}: {reason}" \
-        if reason else None
 
 
 def plan(cfg: RunConfig, candidate: str, device: str | None = None) -> Plan:
@@ -200,10 +143,23 @@ def _metrics(rec: DecisionRecord, base: Measurement, cand: Measurement) -> dict[
                 out[f"{prefix}.ttft_{stat}_ms"] = lv.ttft_ms[stat]
                 out[f"{prefix}.tpot_{stat}_ms"] = lv.tpot_ms[stat]
         out[f"{role}.cold_start_s"] = m.server.cold_start_s
+    out.update(_quantization_metrics(rec.quantization))
     for g in rec.gates:
         if g.value is not None and g.gate.startswith("quality:"):
             out[f"delta.{g.gate.removeprefix('quality:').replace('[', '.').rstrip(']')}"] = g.value
     return out
+
+
+def _quantization_metrics(manifest: dict) -> dict[str, float]:
+    fid = manifest.get("fidelity") or {}
+    figures = {"quantize.size_mb": manifest.get("size_bytes", 0) / 1e6,
+               "quantize.compression_ratio": manifest.get("compression_ratio"),
+               "quantize.wall_time_s": manifest.get("wall_time_s"),
+               "quantize.peak_rss_mb": manifest.get("peak_rss_mb"),
+               "quantize.heldout_ppl_baseline": fid.get("baseline_perplexity"),
+               "quantize.heldout_ppl_candidate": fid.get("candidate_perplexity"),
+               "quantize.heldout_ppl_ratio": fid.get("perplexity_ratio")}
+    return {k: float(v) for k, v in figures.items() if v is not None}
 
 
 def build_record(p: Plan, q: QuantizeResult, base: Measurement, cand: Measurement,
@@ -225,7 +181,8 @@ def build_record(p: Plan, q: QuantizeResult, base: Measurement, cand: Measuremen
                 "candidate_command": cand.server.command,
                 "baseline_cache": base.server.cache_info,
                 "candidate_cache": cand.server.cache_info},
-        quantization=q.manifest,
+        quantization={**q.manifest, "served_format": q.format.to_dict(),
+                      "serve_args": q.serve_args},
         data_digests={s.name: s.digest for s in p.suites},
         seeds={"run": p.cfg.seed, "load": p.cfg.load.seed, "calibration": p.cfg.calibration.seed},
         library_versions={"engine": p.engine_version,

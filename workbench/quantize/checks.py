@@ -1,0 +1,68 @@
+"""Checks on a candidate before any work: can it be built from this model, and can the
+engine on this device serve it? Each answer is a one-line error naming the config key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..config import RunConfig
+from .formats import (
+    ServedFormat,
+    format_of_candidate,
+    format_of_checkpoint,
+    group_size_problems,
+    serve_args_for,
+    unsupported_reason,
+)
+
+__all__ = ["candidate_problems", "serving_problem", "unsupported_here"]
+
+
+def _largest_dividing_power_of_two(model_dir: Path, upto: int) -> int:
+    g = upto
+    while g > 1 and group_size_problems(model_dir, g):
+        g //= 2
+    return g
+
+
+def candidate_problems(cfg: RunConfig, name: str, model_dir: Path) -> list[str]:
+    """What makes a candidate impossible to build from this model (exit 2 before any work)."""
+    cand = cfg.candidate(name)
+    where = f"{cfg.source}: candidates.{name}"
+    problems = []
+    group = cand.resolved_group_size
+    if group and (model_dir / "config.json").is_file():
+        ragged = group_size_problems(model_dir, group)
+        if ragged:
+            fits = _largest_dividing_power_of_two(model_dir, group)
+            problems.append(f"{where}.group_size: {group} does not divide {'; '.join(ragged)} "
+                            f"of {model_dir.name}; use a power of two that divides them all "
+                            f"(largest: {fits})")
+    if cand.recipe_file is not None and not cfg.resolve(cand.recipe_file).is_file():
+        problems.append(f"{where}.recipe_file: {cfg.resolve(cand.recipe_file)} not found")
+    if cand.checkpoint is not None and not (cfg.resolve(cand.checkpoint) / "config.json"
+                                            ).is_file():
+        problems.append(f"{where}.checkpoint: {cfg.resolve(cand.checkpoint)} is not a model "
+                        "folder (no config.json)")
+    return problems
+
+
+def unsupported_here(cfg: RunConfig, name: str, device: str, artifact: Path | None = None
+                     ) -> str | None:
+    """Why the engine on this device cannot serve the candidate, or None when it can."""
+    cand = cfg.candidate(name)
+    fmt: ServedFormat | None
+    if artifact is not None or cand.checkpoint is not None:
+        path = artifact or cfg.resolve(cand.checkpoint or "")
+        fmt = format_of_checkpoint(path, serve_args_for(path, cand.serve_args()))
+    else:
+        fmt = format_of_candidate(cand)
+    return unsupported_reason(fmt, device) if fmt is not None else None
+
+
+def serving_problem(cfg: RunConfig, name: str, device: str, artifact: Path | None = None
+                    ) -> str | None:
+    """The same, as a one-line error naming the config and the candidate."""
+    reason = unsupported_here(cfg, name, device, artifact)
+    return f"{cfg.source}: candidates.{name}: unsupported on {device}: {reason}" \
+        if reason else None
