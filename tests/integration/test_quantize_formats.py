@@ -139,3 +139,43 @@ def test_interrupted_quantisation_leaves_nothing_that_looks_complete(
     assert not any((p / "manifest.json").exists() for p in new)
     assert not [p for p in new if ".partial-" in p.name]  # the scratch folder is removed
     assert engine_pids("quantize/worker.py") == []
+
+
+RECIPE_FILE = """
+quant_stage:
+  quant_modifiers:
+    GPTQModifier:
+      targets: [Linear]
+      ignore: [lm_head]
+      scheme: W8A16
+"""
+
+
+def test_recipe_file_and_ready_checkpoint_candidates(tiny_model: Path, tmp_path: Path,
+                                                     workbench) -> None:
+    (tmp_path / "w8a16.yaml").write_text(RECIPE_FILE)
+    config = write_config(tmp_path, tiny_model).read_text().replace(
+        "candidates:\n", "candidates:\n  mine: {recipe_file: w8a16.yaml}\n")
+    (tmp_path / "c.yaml").write_text(config)
+    built = workbench("quantize", "--candidate", "mine", "--config", "c.yaml", "--runs-dir",
+                      "runs", cwd=tmp_path)
+    assert built.returncode == 0, built.stdout + built.stderr
+    q = json.loads(next((tmp_path / "runs").glob("*/quantize-summary.json")).read_text())[0]
+    assert q["source"] == "built" and q["manifest"]["format"]["label"] == "W8A16"
+    assert q["manifest"]["recipe"]["sha256"]
+    # its format is known only once built: evaluate refuses it before serving, exit 2
+    refused = workbench("evaluate", "--candidate", "mine", "--config", "c.yaml", "--runs-dir",
+                        "runs-eval", cwd=tmp_path)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert "candidates.mine: unsupported on cpu" in refused.stderr
+    assert "reused cached artifact" in refused.stdout  # the build itself was not repeated
+
+    # the same checkpoint, handed over as a ready folder
+    ready = config.replace("candidates:\n", f"candidates:\n  ready: {{checkpoint: {q['path']}}}\n")
+    (tmp_path / "r.yaml").write_text(ready)
+    passed = workbench("quantize", "--candidate", "ready", "--config", "r.yaml", "--runs-dir",
+                       "runs-ready", cwd=tmp_path)
+    assert passed.returncode == 0, passed.stdout + passed.stderr
+    r = json.loads(next((tmp_path / "runs-ready").glob("*/quantize-summary.json")).read_text())[0]
+    assert r["source"] == "checkpoint" and r["manifest"]["format"]["label"] == "W8A16"
+    assert "unsupported" in passed.stdout  # the table says it will not serve here

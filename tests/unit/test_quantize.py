@@ -18,6 +18,21 @@ def test_progress_is_the_last_layer_mark_in_the_log(tmp_path: Path) -> None:
                    "(26/31): Calibrating: 10%|")
     assert latest_progress(log) == "layer 26/31: Calibrating"
     assert latest_progress(tmp_path / "missing.log") == ""
+    with log.open("a") as f:
+        f.write("\n[workbench] saving the compressed checkpoint\n")
+    assert latest_progress(log) == "saving the compressed checkpoint"
+
+
+def test_calibration_passes_are_numbered() -> None:
+    from workbench.quantize import PassCounter
+
+    count = PassCounter()
+    steps = ["loading the model", "layer 1/31: Calibrating", "layer 30/31: Propagating",
+             "layer 1/31: Calibrating", "layer 2/31: Calibrating", "saving"]
+    assert [count(s) for s in steps] == [
+        "loading the model", "pass 1, layer 1/31: Calibrating",
+        "pass 1, layer 30/31: Propagating", "pass 2, layer 1/31: Calibrating",
+        "pass 2, layer 2/31: Calibrating", "saving"]
 
 
 def test_calibration_sample_is_seeded_and_sized(tmp_path: Path) -> None:

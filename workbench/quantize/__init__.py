@@ -94,13 +94,13 @@ def _folder_size(path: Path) -> int:
 
 
 _STEP = re.compile(r"\((\d+)/(\d+)\): (\w+)")
+_PHASE = re.compile(r"\[workbench\] (.+)")
 
 
 def latest_progress(log_file: Path) -> str:
-    """'layer 26/31: Calibrating' from llm-compressor's progress bars, or ''.
-
-    llm-compressor calibrates one decoder layer at a time and says so in its tqdm lines;
-    the last such mark in the log is where it is now.
+    """Where the worker is now, from the tail of its log: 'layer 26/31: Calibrating' from
+    llm-compressor's per-layer progress bars, or the worker's own '[workbench] ...' phase
+    line, whichever came last; '' before either.
     """
     try:
         with log_file.open("rb") as f:
@@ -108,8 +108,27 @@ def latest_progress(log_file: Path) -> str:
             tail = f.read().decode(errors="replace")
     except OSError:
         return ""
-    marks = _STEP.findall(tail)
-    return f"layer {marks[-1][0]}/{marks[-1][1]}: {marks[-1][2]}" if marks else ""
+    marks = [(m.start(), f"layer {m[1]}/{m[2]}: {m[3]}") for m in _STEP.finditer(tail)]
+    marks += [(m.start(), m[1].strip()) for m in _PHASE.finditer(tail)]
+    return max(marks)[1] if marks else ""
+
+
+class PassCounter:
+    """Numbers llm-compressor's calibration passes: a recipe with two modifiers
+    (SmoothQuant, then GPTQ) walks the layers twice, and its log does not say which pass."""
+
+    def __init__(self) -> None:
+        self.passes, self.last_layer = 0, 0
+
+    def __call__(self, step: str) -> str:
+        m = re.match(r"layer (\d+)/", step)
+        if not m:
+            return step
+        layer = int(m[1])
+        if layer < self.last_layer or self.passes == 0:
+            self.passes += 1
+        self.last_layer = layer
+        return f"pass {self.passes}, {step}"
 
 
 def _run_worker(job: dict, log_file: Path, on_progress: Callable[[str], None]) -> None:
@@ -121,9 +140,10 @@ def _run_worker(job: dict, log_file: Path, on_progress: Callable[[str], None]) -
     with log_file.open("w") as log:
         proc = subprocess.Popen([str(quant_python()), str(WORKER), str(job_file)],
                                 stdout=log, stderr=subprocess.STDOUT, env=offline_env())
+        numbered = PassCounter()
         try:
             while proc.poll() is None:
-                on_progress(latest_progress(log_file))
+                on_progress(numbered(latest_progress(log_file)))
                 time.sleep(0.5)
         finally:
             if proc.poll() is None:  # interrupted: never leave the quantiser running

@@ -127,6 +127,11 @@ def _heldout(job: dict) -> list[str]:
     return json.loads(Path(job["heldout_file"]).read_text()) if job.get("heldout_file") else []
 
 
+def phase(text: str) -> None:
+    """A line the workbench shows as progress (quantize/__init__.py, latest_progress)."""
+    print(f"[workbench] {text}", flush=True)
+
+
 def main() -> None:
     job = json.loads(Path(sys.argv[1]).read_text())
     import torch
@@ -134,10 +139,12 @@ def main() -> None:
 
     torch.manual_seed(job["seed"])
     started = time.perf_counter()
+    phase("loading the model")
     model, tokenizer = _load(job)
     heldout = _heldout(job)
     fidelity = {}
     if heldout and job.get("baseline_perplexity") is None:
+        phase(f"held-out perplexity of the baseline ({len(heldout)} passages)")
         fidelity["baseline"] = heldout_perplexity(model, tokenizer, heldout, job["seq_len"])
     kwargs = {}
     if job["needs_data"]:
@@ -145,13 +152,16 @@ def main() -> None:
                       num_calibration_samples=job["num_samples"], max_seq_length=job["seq_len"],
                       shuffle_calibration_samples=False)
     quant_started = time.perf_counter()
+    phase("calibrating" if job["needs_data"] else "quantising (data-free)")
     oneshot(model=model, recipe=build_recipe(job), **kwargs)
     oneshot_s = time.perf_counter() - quant_started
     # Measured before saving: saving compresses the weights in place.
     if heldout:
+        phase(f"held-out perplexity of the candidate ({len(heldout)} passages)")
         fidelity["candidate"] = heldout_perplexity(model, tokenizer, heldout, job["seq_len"])
     summary = scheme_summary(model)
     out = Path(job["out_dir"])
+    phase("saving the compressed checkpoint")
     model.save_pretrained(out, save_compressed=True)
     tokenizer.save_pretrained(out)
     result = {
