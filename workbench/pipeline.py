@@ -20,6 +20,7 @@ from .compare import decide, evaluate_gates
 from .config import RunConfig
 from .digests import folder_digest
 from .errors import InputError
+from .evaluate.fidelity import compare_fidelity
 from .evaluate.runner import SuiteResult
 from .evaluate.suites import Suite, load_suite
 from .gates import GatePolicy, load_gate_policy
@@ -123,7 +124,8 @@ def _candidate_stage(p: Plan, q: QuantizeResult, run_dir: Path, device: str,
 
 def _paired_summaries(base: Measurement, cand: Measurement) -> dict:
     def summary(r: SuiteResult) -> dict:
-        return {"n": r.n, "accuracy": r.accuracy, "slices": r.slices, "digest": r.digest}
+        return {"n": r.n, "kind": r.kind, "accuracy": r.accuracy, "slices": r.slices,
+                "metrics": r.metrics, "digest": r.digest}
 
     return {name: {"baseline": summary(base.suites[name]), "candidate": summary(cand.suites[name])}
             for name in base.suites if name in cand.suites}
@@ -133,6 +135,9 @@ def _metrics(rec: DecisionRecord, base: Measurement, cand: Measurement) -> dict[
     out: dict[str, float] = {"decision_code": rec.exit_code}
     for role, m in (("baseline", base), ("candidate", cand)):
         for name, r in m.suites.items():
+            if r.kind != "quality":
+                out.update({f"{role}.{name}.{k}": v for k, v in r.metrics.items()})
+                continue
             out[f"{role}.{name}.accuracy"] = r.accuracy
             for s, info in r.slices.items():
                 out[f"{role}.{name}.{s}.accuracy"] = info["accuracy"]
@@ -144,6 +149,9 @@ def _metrics(rec: DecisionRecord, base: Measurement, cand: Measurement) -> dict[
                 out[f"{prefix}.tpot_{stat}_ms"] = lv.tpot_ms[stat]
         out[f"{role}.cold_start_s"] = m.server.cold_start_s
     out.update(_quantization_metrics(rec.quantization))
+    for name, f in rec.fidelity.items():
+        for k in ("kl_mean", "kl_p95", "top1_agreement"):
+            out[f"fidelity.{name}.{k}"] = f[k]
     for g in rec.gates:
         if g.value is not None and g.gate.startswith("quality:"):
             out[f"delta.{g.gate.removeprefix('quality:').replace('[', '.').rstrip(']')}"] = g.value
@@ -162,6 +170,20 @@ def _quantization_metrics(manifest: dict) -> dict[str, float]:
     return {k: float(v) for k, v in figures.items() if v is not None}
 
 
+def fidelity_results(p: Plan, run_dir: Path) -> dict[str, dict]:
+    """Token-level fidelity for every fidelity suite, from both runs' stored log-probs."""
+    out = {}
+    for suite in p.suites:
+        if suite.spec.kind != "fidelity":
+            continue
+        base, cand = (run_dir / role / f"logprobs-{suite.name}.jsonl"
+                      for role in ("baseline", "candidate"))
+        if base.is_file() and cand.is_file():
+            slices = {it.id: it.slices for it in suite.items}
+            out[suite.name] = compare_fidelity(suite.name, base, cand, slices).to_dict()
+    return out
+
+
 def build_record(p: Plan, q: QuantizeResult, base: Measurement, cand: Measurement,
                  run_dir: Path, device: str, reused: dict, tracker: Tracker) -> DecisionRecord:
     outcomes = evaluate_gates(p.policy, base.suites, cand.suites, base.load, cand.load,
@@ -175,6 +197,7 @@ def build_record(p: Plan, q: QuantizeResult, base: Measurement, cand: Measuremen
         device=host_facts(device),
         gates=outcomes,
         suites=_paired_summaries(base, cand),
+        fidelity=fidelity_results(p, run_dir),
         load={"baseline": base.load.to_dict(), "candidate": cand.load.to_dict()},
         engine={"version": p.engine_version, "config": p.cfg.engine.model_dump(),
                 "baseline_command": base.server.command,

@@ -32,6 +32,7 @@ class DecisionRecord:
     library_versions: dict
     run_dir: str
     created_at: str
+    fidelity: dict = field(default_factory=dict)  # suite -> FidelityResult dict
     reused: dict = field(default_factory=dict)  # what came from caches
     mlflow: dict = field(default_factory=dict)
     schema_version: int = SCHEMA_VERSION
@@ -85,10 +86,21 @@ def render_markdown(rec: DecisionRecord) -> str:
               "|---|---|---|---|---|"]
     for suite, pair in rec.suites.items():
         b, c = pair["baseline"], pair["candidate"]
+        if b.get("kind", "quality") != "quality":
+            continue
         lines.append(f"| {suite} | (all) | {b['n']} | {b['accuracy']:.3f} | {c['accuracy']:.3f} |")
         for s, info in b["slices"].items():
             cacc = c["slices"].get(s, {}).get("accuracy", float("nan"))
             lines.append(f"| {suite} | {s} | {info['n']} | {info['accuracy']:.3f} | {cacc:.3f} |")
+    if rec.fidelity:
+        lines += ["", "## Fidelity to the baseline (token by token)", "",
+                  "| suite | tokens | mean KL | p95 KL | top-1 agreement | "
+                  "perplexity, base → cand |",
+                  "|---|---|---|---|---|---|"]
+        for name, f in rec.fidelity.items():
+            lines.append(f"| {name} | {f['tokens']} | {f['kl_mean']:.4f} | {f['kl_p95']:.4f} | "
+                         f"{f['top1_agreement']:.3f} | {f['baseline_perplexity']:.2f} → "
+                         f"{f['candidate_perplexity']:.2f} |")
     lines += ["", "## Load (client-side, vllm bench serve)", "",
               "| model | concurrency | out tok/s | TTFT p50/p95 ms | TPOT p50/p95 ms |",
               "|---|---|---|---|---|"]

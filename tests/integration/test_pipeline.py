@@ -26,7 +26,7 @@ calibration:
   num_samples: 16
   seq_len: 64
 engine: {{max_model_len: 512, enforce_eager: true, kv_cache_space_gib: 1, startup_timeout_s: 600}}
-suites: [arithmetic]
+suites: [arithmetic, heldout-text]
 profile: smoke
 load: {{concurrency: [1, 4], num_prompts: 8, input_len: 32, output_len: 16, warmup_prompts: 1}}
 gates: gates.yaml
@@ -88,6 +88,16 @@ def test_quantise_serve_evaluate_gate_record(tiny_config: Path, tmp_path: Path, 
         assert [lv["concurrency"] for lv in levels] == [1, 4]
         assert all(lv["output_throughput"] > 0 and lv["ttft_ms"]["p50"] > 0 for lv in levels)
     assert int(record["engine"]["baseline_cache"]["kv_cache_size_tokens"]) > 0
+    # fidelity: both models scored the same 16 held-out texts token by token
+    fid = record["fidelity"]["heldout-text"]
+    assert fid["items"] == 16 and fid["skipped_items"] == 0 and fid["tokens"] > 1000
+    assert fid["kl_mean"] > 0 and 0 <= fid["top1_agreement"] <= 1
+    assert fid["baseline_perplexity"] > 0 and fid["candidate_perplexity"] > 0
+    for role in ("baseline", "candidate"):
+        lines = (record_file.parent / role / "logprobs-heldout-text.jsonl").read_text()
+        row = json.loads(lines.splitlines()[0])
+        assert len(row["top"]) == len(row["actual"]) == len(row["tokens"]) - 1
+    assert "Fidelity to the baseline" in (record_file.parent / "decision.md").read_text()
 
     runs = mlflow_runs(tmp_path)
     assert len(runs) == 1 and runs[0].info.status == "FINISHED"

@@ -83,3 +83,26 @@ def test_unknown_suite_lists_shipped_ones() -> None:
 def test_numeric_scoring_takes_the_final_number(response: str, answer: str,
                                                 expected: float) -> None:
     assert score_response("numeric", response, answer) == expected
+
+
+FIDELITY_SPEC = """name: tiny
+version: "1"
+kind: fidelity
+prompt_template: "{text}"
+scoring: logprobs
+"""
+
+
+def test_fidelity_suite_needs_no_answer_but_must_score_logprobs(tmp_path: Path) -> None:
+    folder = make_suite(tmp_path, [{"id": "t1", "text": "Once upon", "slices": ["prose"]}],
+                        spec=FIDELITY_SPEC)
+    suite = load_suite(str(folder))
+    assert suite.spec.kind == "fidelity" and suite.items[0].prompt == "Once upon"
+    make_suite(tmp_path, [{"id": "t1", "text": "x"}],
+               spec=FIDELITY_SPEC.replace("scoring: logprobs", "scoring: numeric"))
+    with pytest.raises(InputError, match="kind 'fidelity' goes with scoring 'logprobs'"):
+        load_suite(str(folder))
+    make_suite(tmp_path, [{"id": "t1", "text": "x"}],
+               spec=FIDELITY_SPEC.replace("scoring: logprobs", "scoring: logprobs\ntop_k: 50"))
+    with pytest.raises(InputError, match="top_k"):
+        load_suite(str(folder))

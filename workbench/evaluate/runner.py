@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import math
+import os
 import re
 import time
 from collections import defaultdict
@@ -27,6 +29,7 @@ __all__ = [
     "SCORING_VERSION",
     "ItemResult",
     "SuiteResult",
+    "logprobs_file",
     "run_suite",
     "score_response",
     "summarise",
@@ -35,7 +38,7 @@ __all__ = [
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 # Part of the baseline cache key: bump whenever score_response changes meaning, so cached
 # results scored the old way are not compared with new ones.
-SCORING_VERSION = 2
+SCORING_VERSION = 3
 
 
 @dataclass(frozen=True)
@@ -56,9 +59,11 @@ class SuiteResult:
     digest: str
     n: int
     accuracy: float
-    slices: dict[str, dict[str, float]]  # slice -> {"n": ..., "accuracy": ...}
+    slices: dict[str, dict[str, float]]  # slice -> {"n": ..., "accuracy" | "perplexity": ...}
     items_file: str
     items: list[ItemResult] = field(repr=False)
+    kind: str = "quality"
+    metrics: dict[str, float] = field(default_factory=dict)  # fidelity: perplexity, tokens
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -80,22 +85,79 @@ def score_response(scoring: str, response: str, answer: str) -> float:
     return float(response.strip() == answer.strip())
 
 
+def _perplexity(items: list[ItemResult]) -> float:
+    """Token-weighted: an item's score is its mean token log-probability over
+    completion_tokens scored tokens."""
+    tokens = sum(i.completion_tokens for i in items)
+    return math.exp(-sum(i.score * i.completion_tokens for i in items) / max(tokens, 1))
+
+
 def summarise(suite: Suite, items: list[ItemResult], items_file: Path) -> SuiteResult:
-    by_slice: dict[str, list[float]] = defaultdict(list)
+    by_slice: dict[str, list[ItemResult]] = defaultdict(list)
     for it in items:
         for s in it.slices:
-            by_slice[s].append(it.score)
-    slices = {s: {"n": len(v), "accuracy": sum(v) / len(v)} for s, v in sorted(by_slice.items())}
+            by_slice[s].append(it)
+    fidelity = suite.spec.kind == "fidelity"
+    slices = {s: {"n": len(v), "perplexity": _perplexity(v)} if fidelity else
+              {"n": len(v), "accuracy": sum(i.score for i in v) / len(v)}
+              for s, v in sorted(by_slice.items())}
+    metrics = {"perplexity": _perplexity(items),
+               "tokens": float(sum(i.completion_tokens for i in items))} if fidelity else {}
     return SuiteResult(
         suite=suite.name,
         version=suite.spec.version,
         digest=suite.digest,
         n=len(items),
-        accuracy=sum(i.score for i in items) / len(items),
+        accuracy=0.0 if fidelity else sum(i.score for i in items) / len(items),
         slices=slices,
         items_file=str(items_file),
         items=sorted(items, key=lambda i: i.id),
+        kind=suite.spec.kind,
+        metrics=metrics,
     )
+
+
+def logprobs_file(items_file: Path) -> Path:
+    """Where a fidelity suite's per-token log-probabilities go, beside its items file."""
+    return items_file.with_name(items_file.name.replace("items-", "logprobs-", 1))
+
+
+def _prompt_hash(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+async def _score_text(
+    client: httpx.AsyncClient, model: str, suite: Suite, item: SuiteItem, seed: int
+) -> tuple[ItemResult, dict]:
+    """Fidelity: the engine's top-k log-probabilities at every position of the text.
+
+    The text is tokenized by the engine itself and sent as token ids, so the baseline and
+    the candidate score exactly the same tokens.
+    """
+    start = time.perf_counter()
+    tok = await client.post("/tokenize", json={"model": model, "prompt": item.prompt})
+    _check(tok, suite, item)
+    ids = tok.json()["tokens"][: suite.spec.max_prompt_tokens]
+    resp = await client.post("/v1/completions", json={
+        "model": model, "prompt": ids, "max_tokens": 1, "temperature": 0.0, "seed": seed,
+        "prompt_logprobs": suite.spec.top_k})
+    _check(resp, suite, item)
+    latency = time.perf_counter() - start
+    positions = resp.json()["choices"][0]["prompt_logprobs"][1:]  # the first has no context
+    actual = [float(pos[str(t)]["logprob"]) for pos, t in zip(positions, ids[1:], strict=True)]
+    top = [sorted(([int(k), float(v["logprob"])] for k, v in pos.items()
+                   if v["rank"] <= suite.spec.top_k), key=lambda kv: -kv[1])
+           for pos in positions]
+    result = ItemResult(id=item.id, slices=item.slices, prompt_sha256=_prompt_hash(item.prompt),
+                        response="", score=sum(actual) / max(len(actual), 1),
+                        latency_s=round(latency, 4), completion_tokens=len(actual))
+    return result, {"id": item.id, "tokens": ids, "actual": actual, "top": top}
+
+
+def _check(resp: httpx.Response, suite: Suite, item: SuiteItem) -> None:
+    if resp.status_code != 200:
+        raise InfraError(f"engine answered HTTP {resp.status_code} for suite {suite.name} "
+                         f"item {item.id}: {resp.text[:200]}")
 
 
 async def _ask(
@@ -114,15 +176,13 @@ async def _ask(
     start = time.perf_counter()
     resp = await client.post("/v1/chat/completions", json=body)
     latency = time.perf_counter() - start
-    if resp.status_code != 200:
-        raise InfraError(f"engine answered HTTP {resp.status_code} for suite {suite.name} "
-                         f"item {item.id}: {resp.text[:200]}")
+    _check(resp, suite, item)
     payload = resp.json()
     text = payload["choices"][0]["message"].get("content") or ""
     return ItemResult(
         id=item.id,
         slices=item.slices,
-        prompt_sha256=hashlib.sha256(item.prompt.encode()).hexdigest(),
+        prompt_sha256=_prompt_hash(item.prompt),
         response=text,
         score=score_response(suite.spec.scoring, text, item.answer),
         latency_s=round(latency, 4),
@@ -138,11 +198,17 @@ async def _run(
     results: list[ItemResult] = []
     limits = httpx.Limits(max_connections=concurrency)
     async with httpx.AsyncClient(base_url=base_url, timeout=timeout_s, limits=limits) as client:
-        with sink.open("w") as out:
+        fidelity = suite.spec.kind == "fidelity"
+        with sink.open("w") as out, \
+                (logprobs_file(sink) if fidelity else Path(os.devnull)).open("w") as side:
 
             async def one(item: SuiteItem) -> None:
                 async with gate:
-                    result = await _ask(client, model, suite, item, seed)
+                    if fidelity:
+                        result, tokens = await _score_text(client, model, suite, item, seed)
+                        side.write(json.dumps(tokens) + "\n")
+                    else:
+                        result = await _ask(client, model, suite, item, seed)
                 out.write(json.dumps(asdict(result)) + "\n")
                 out.flush()
                 results.append(result)

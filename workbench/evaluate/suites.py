@@ -23,7 +23,7 @@ from ..paths import REPO_ROOT
 __all__ = ["SUITES_ROOT", "Suite", "SuiteItem", "SuiteSpec", "find_suite_dir", "load_suite"]
 
 SUITES_ROOT = REPO_ROOT / "eval_suites"
-SUITE_KINDS = ("quality",)
+SUITE_KINDS = ("quality", "fidelity")
 
 
 class SampleSizes(BaseModel):
@@ -38,15 +38,28 @@ class SuiteSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str
     version: str
-    kind: Literal["quality"]
+    kind: Literal["quality", "fidelity"]
     description: str = ""
     data: str = "items.jsonl"
     system_prompt: str | None = None
     prompt_template: str = Field(description="Python format string over the item's fields")
-    scoring: Literal["numeric", "exact"] = "numeric"
+    scoring: Literal["numeric", "exact", "logprobs"] = "numeric"
     answer_field: str = "answer"
     max_tokens: int = Field(default=32, gt=0)
+    top_k: int = Field(default=20, ge=1, le=20,
+                       description="fidelity: prompt log-probabilities kept per position "
+                                   "(vLLM allows at most 20 by default)")
+    max_prompt_tokens: int = Field(default=256, ge=8,
+                                   description="fidelity: texts are cut to this many tokens")
     sample: SampleSizes = SampleSizes()
+
+    def model_post_init(self, _ctx: object) -> None:
+        if (self.kind == "fidelity") != (self.scoring == "logprobs"):
+            raise ValueError("kind 'fidelity' goes with scoring 'logprobs', and only it")
+
+    @property
+    def needs_answer(self) -> bool:
+        return self.scoring != "logprobs"
 
 
 @dataclass(frozen=True)
@@ -95,7 +108,9 @@ def _template_fields(template: str) -> set[str]:
 
 
 def _parse_items(spec: SuiteSpec, data_path: Path, problems: list[str]) -> list[SuiteItem]:
-    needed = _template_fields(spec.prompt_template) | {"id", spec.answer_field}
+    needed = _template_fields(spec.prompt_template) | {"id"}
+    if spec.needs_answer:
+        needed.add(spec.answer_field)
     items: list[SuiteItem] = []
     seen: set[str] = set()
     for lineno, line in enumerate(data_path.read_text().splitlines(), start=1):
@@ -124,7 +139,7 @@ def _parse_items(spec: SuiteSpec, data_path: Path, problems: list[str]) -> list[
             SuiteItem(
                 id=item_id,
                 prompt=spec.prompt_template.format(**row),
-                answer=str(row[spec.answer_field]),
+                answer=str(row.get(spec.answer_field, "")),
                 slices=tuple(slices),
             )
         )

@@ -1,0 +1,105 @@
+"""Fidelity of a candidate to its baseline, token by token, from stored log-probabilities.
+
+Both models scored the same token ids (a fidelity suite sends the engine's own tokenization
+as ids); each position holds the engine's top-k log-probabilities. No labels are needed.
+
+KL divergence is computed on the baseline's top-k tokens plus one "everything else"
+bucket. Merging outcomes can only lower a KL divergence (data-processing inequality), so
+the figure is a lower bound of the full-vocabulary KL that tightens as k grows; with k=20
+the top-k usually holds most of the mass. A baseline top-k token missing from the
+candidate's top-k is given the candidate's smallest top-k probability, an upper bound on
+its true probability, which keeps the estimate on the low side as well. Written here rather
+than taken from lm-eval or vLLM: neither compares two engines' stored distributions.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+__all__ = ["FidelityResult", "compare_fidelity", "position_kl"]
+
+_EPS = 1e-12
+
+
+@dataclass(frozen=True)
+class FidelityResult:
+    suite: str
+    items: int
+    tokens: int
+    kl_mean: float
+    kl_p95: float
+    top1_agreement: float
+    baseline_perplexity: float
+    candidate_perplexity: float
+    slices: dict[str, dict[str, float]]
+    skipped_items: int  # items whose token ids differ between the runs (never expected)
+    method: str = "KL(baseline || candidate) over the baseline's top-k plus a tail bucket"
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def position_kl(base_top: list[list[float]], cand_top: list[list[float]]) -> float:
+    """KL(P_base || P_cand) at one position from two top-k lists of [token_id, logprob]."""
+    cand = {int(t): lp for t, lp in cand_top}
+    floor = min(cand.values()) if cand else math.log(_EPS)
+    kl, base_mass, cand_mass = 0.0, 0.0, 0.0
+    for token, lp in base_top:
+        p_base, p_cand = math.exp(lp), math.exp(cand.get(int(token), floor))
+        kl += p_base * (lp - math.log(p_cand))
+        base_mass += p_base
+        cand_mass += p_cand
+    tail_base, tail_cand = max(1.0 - base_mass, 0.0), max(1.0 - cand_mass, _EPS)
+    if tail_base > _EPS:
+        kl += tail_base * math.log(tail_base / tail_cand)
+    return max(kl, 0.0)
+
+
+def _read(path: Path) -> dict[str, dict]:
+    rows = (json.loads(line) for line in path.read_text().splitlines() if line.strip())
+    return {r["id"]: r for r in rows}
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else 0.0
+
+
+def compare_fidelity(suite: str, baseline_file: Path, candidate_file: Path,
+                     slices_by_id: dict[str, tuple[str, ...]]) -> FidelityResult:
+    base, cand = _read(baseline_file), _read(candidate_file)
+    kls: list[float] = []
+    agree = 0
+    nll = {"baseline": 0.0, "candidate": 0.0}
+    per_slice: dict[str, list[tuple[float, int]]] = defaultdict(list)
+    skipped = 0
+    paired = sorted(set(base) & set(cand))
+    for item_id in paired:
+        b, c = base[item_id], cand[item_id]
+        if b["tokens"] != c["tokens"]:
+            skipped += 1
+            continue
+        for b_top, c_top in zip(b["top"], c["top"], strict=True):
+            kl = position_kl(b_top, c_top)
+            same = int(bool(b_top) and bool(c_top) and b_top[0][0] == c_top[0][0])
+            kls.append(kl)
+            agree += same
+            for s in slices_by_id.get(item_id, ()):
+                per_slice[s].append((kl, same))
+        nll["baseline"] -= sum(b["actual"])
+        nll["candidate"] -= sum(c["actual"])
+    n = max(len(kls), 1)
+    return FidelityResult(
+        suite=suite, items=len(paired) - skipped, tokens=len(kls),
+        kl_mean=sum(kls) / n, kl_p95=_percentile(kls, 0.95), top1_agreement=agree / n,
+        baseline_perplexity=math.exp(nll["baseline"] / n),
+        candidate_perplexity=math.exp(nll["candidate"] / n),
+        slices={s: {"tokens": len(v), "kl_mean": sum(k for k, _ in v) / len(v),
+                    "top1_agreement": sum(a for _, a in v) / len(v)}
+                for s, v in sorted(per_slice.items())},
+        skipped_items=skipped,
+    )
