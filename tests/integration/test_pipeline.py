@@ -26,7 +26,7 @@ calibration:
   num_samples: 16
   seq_len: 64
 engine: {{max_model_len: 512, enforce_eager: true, kv_cache_space_gib: 1, startup_timeout_s: 600}}
-suites: [arithmetic, heldout-text]
+suites: [arithmetic, commonsenseqa, heldout-text]
 profile: smoke
 load: {{concurrency: [1, 4], num_prompts: 8, input_len: 32, output_len: 16, warmup_prompts: 1}}
 gates: gates.yaml
@@ -88,6 +88,14 @@ def test_quantise_serve_evaluate_gate_record(tiny_config: Path, tmp_path: Path, 
         assert [lv["concurrency"] for lv in levels] == [1, 4]
         assert all(lv["output_throughput"] > 0 and lv["ttft_ms"]["p50"] > 0 for lv in levels)
     assert int(record["engine"]["baseline_cache"]["kv_cache_size_tokens"]) > 0
+    # multiple choice by log-likelihood, with the answer distribution's calibration
+    mc = record["suites"]["commonsenseqa"]
+    assert mc["baseline"]["n"] == mc["candidate"]["n"] == 60
+    assert 0 <= mc["candidate"]["metrics"]["ece"] <= 1
+    row = json.loads((record_file.parent / "candidate" / "items-commonsenseqa.jsonl")
+                     .read_text().splitlines()[0])
+    assert len(row["choice_probs"]) == 5 and abs(sum(row["choice_probs"]) - 1) < 1e-3
+    assert row["response"] in (" A", " B", " C", " D", " E")
     # fidelity: both models scored the same 16 held-out texts token by token
     fid = record["fidelity"]["heldout-text"]
     assert fid["items"] == 16 and fid["skipped_items"] == 0 and fid["tokens"] > 1000

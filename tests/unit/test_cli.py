@@ -53,7 +53,7 @@ def test_missing_config_file_exits_2() -> None:
 
 def test_validate_reports_gate_and_suite_problems_together(tmp_path: Path) -> None:
     cfg = tmp_path / "c.yaml"
-    cfg.write_text(DEFAULT.read_text().replace("suites: [arithmetic,", "suites: [nope, arithmetic,")
+    cfg.write_text(DEFAULT.read_text().replace("[arithmetic,", "[nope, arithmetic,")
                    .replace("gates: gates/default.yaml", "gates: g.yaml"))
     (tmp_path / "g.yaml").write_text("quality:\n  - suite: arithmetic\n    max_drop: 2\n")
     result = run("validate", "--config", str(cfg))

@@ -20,6 +20,8 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from ..jsonl import jsonl_lines
+
 __all__ = ["FidelityResult", "compare_fidelity", "position_kl"]
 
 _EPS = 1e-12
@@ -60,7 +62,7 @@ def position_kl(base_top: list[list[float]], cand_top: list[list[float]]) -> flo
 
 
 def _read(path: Path) -> dict[str, dict]:
-    rows = (json.loads(line) for line in path.read_text().splitlines() if line.strip())
+    rows = (json.loads(line) for line in jsonl_lines(path) if line.strip())
     return {r["id"]: r for r in rows}
 
 

@@ -23,6 +23,7 @@ from pathlib import Path
 import httpx
 
 from ..errors import InfraError
+from .choice import choice_logprobs, expected_calibration_error, softmax
 from .suites import Suite, SuiteItem
 
 __all__ = [
@@ -50,6 +51,7 @@ class ItemResult:
     score: float
     latency_s: float
     completion_tokens: int
+    choice_probs: tuple[float, ...] = ()  # scoring 'choice': the answer distribution
 
 
 @dataclass(frozen=True)
@@ -70,7 +72,9 @@ class SuiteResult:
 
     @classmethod
     def from_dict(cls, data: dict) -> SuiteResult:
-        items = [ItemResult(**{**i, "slices": tuple(i["slices"])}) for i in data["items"]]
+        items = [ItemResult(**{**i, "slices": tuple(i["slices"]),
+                               "choice_probs": tuple(i.get("choice_probs", ()))})
+                 for i in data["items"]]
         return cls(**{**data, "items": items})
 
 
@@ -103,6 +107,10 @@ def summarise(suite: Suite, items: list[ItemResult], items_file: Path) -> SuiteR
               for s, v in sorted(by_slice.items())}
     metrics = {"perplexity": _perplexity(items),
                "tokens": float(sum(i.completion_tokens for i in items))} if fidelity else {}
+    if suite.spec.scoring == "choice":
+        confidence = [max(i.choice_probs) for i in items]
+        metrics = {"ece": expected_calibration_error(confidence, [i.score for i in items]),
+                   "mean_confidence": sum(confidence) / len(confidence)}
     return SuiteResult(
         suite=suite.name,
         version=suite.spec.version,
@@ -160,9 +168,28 @@ def _check(resp: httpx.Response, suite: Suite, item: SuiteItem) -> None:
                          f"item {item.id}: {resp.text[:200]}")
 
 
+async def _choose(
+    client: httpx.AsyncClient, model: str, suite: Suite, item: SuiteItem, seed: int
+) -> ItemResult:
+    start = time.perf_counter()
+    try:
+        scores = await choice_logprobs(client, model, item.prompt, item.choices, seed)
+    except httpx.HTTPStatusError as err:
+        _check(err.response, suite, item)
+        raise
+    probs = softmax(scores)
+    pick = max(range(len(probs)), key=probs.__getitem__)
+    return ItemResult(id=item.id, slices=item.slices, prompt_sha256=_prompt_hash(item.prompt),
+                      response=item.choices[pick], score=float(str(pick) == item.answer),
+                      latency_s=round(time.perf_counter() - start, 4), completion_tokens=0,
+                      choice_probs=tuple(round(p, 6) for p in probs))
+
+
 async def _ask(
     client: httpx.AsyncClient, model: str, suite: Suite, item: SuiteItem, seed: int
 ) -> ItemResult:
+    if suite.spec.scoring == "choice":
+        return await _choose(client, model, suite, item, seed)
     messages = [{"role": "user", "content": item.prompt}]
     if suite.spec.system_prompt:
         messages.insert(0, {"role": "system", "content": suite.spec.system_prompt})

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..config import format_validation_error, read_yaml
 from ..errors import InputError
+from ..jsonl import jsonl_lines
 from ..paths import REPO_ROOT
 
 __all__ = ["SUITES_ROOT", "Suite", "SuiteItem", "SuiteSpec", "find_suite_dir", "load_suite"]
@@ -43,8 +44,11 @@ class SuiteSpec(BaseModel):
     data: str = "items.jsonl"
     system_prompt: str | None = None
     prompt_template: str = Field(description="Python format string over the item's fields")
-    scoring: Literal["numeric", "exact", "logprobs"] = "numeric"
+    scoring: Literal["numeric", "exact", "choice", "logprobs"] = "numeric"
     answer_field: str = "answer"
+    choices_field: str = Field(
+        default="choices", description="choice: the item field listing each continuation "
+                                       "scored after the prompt; the answer is its index")
     max_tokens: int = Field(default=32, gt=0)
     top_k: int = Field(default=20, ge=1, le=20,
                        description="fidelity: prompt log-probabilities kept per position "
@@ -56,6 +60,8 @@ class SuiteSpec(BaseModel):
     def model_post_init(self, _ctx: object) -> None:
         if (self.kind == "fidelity") != (self.scoring == "logprobs"):
             raise ValueError("kind 'fidelity' goes with scoring 'logprobs', and only it")
+        if self.scoring == "choice" and self.system_prompt:
+            raise ValueError("scoring 'choice' scores raw text continuations: no system_prompt")
 
     @property
     def needs_answer(self) -> bool:
@@ -68,6 +74,7 @@ class SuiteItem:
     prompt: str
     answer: str
     slices: tuple[str, ...]
+    choices: tuple[str, ...] = ()  # scoring 'choice': the continuations, answer = index
 
 
 @dataclass(frozen=True)
@@ -107,13 +114,32 @@ def _template_fields(template: str) -> set[str]:
     return {f for _, f, _, _ in string.Formatter().parse(template) if f}
 
 
+def _choices(spec: SuiteSpec, row: dict, where: str, problems: list[str]
+             ) -> tuple[str, ...] | None:
+    """The continuations of a multiple-choice item; None (and a problem) when malformed."""
+    if spec.scoring != "choice":
+        return ()
+    choices, answer = row[spec.choices_field], row[spec.answer_field]
+    if not (isinstance(choices, list) and len(choices) >= 2
+            and all(isinstance(c, str) and c for c in choices)):
+        problems.append(f"{where}: '{spec.choices_field}' must list two or more strings")
+        return None
+    if not (isinstance(answer, int) and 0 <= answer < len(choices)):
+        problems.append(f"{where}: '{spec.answer_field}' must be the index of the right "
+                        f"choice (0-{len(choices) - 1}), got {answer!r}")
+        return None
+    return tuple(choices)
+
+
 def _parse_items(spec: SuiteSpec, data_path: Path, problems: list[str]) -> list[SuiteItem]:
     needed = _template_fields(spec.prompt_template) | {"id"}
     if spec.needs_answer:
         needed.add(spec.answer_field)
+    if spec.scoring == "choice":
+        needed.add(spec.choices_field)
     items: list[SuiteItem] = []
     seen: set[str] = set()
-    for lineno, line in enumerate(data_path.read_text().splitlines(), start=1):
+    for lineno, line in enumerate(jsonl_lines(data_path), start=1):
         if not line.strip():
             continue
         where = f"{data_path}:{lineno}"
@@ -135,12 +161,16 @@ def _parse_items(spec: SuiteSpec, data_path: Path, problems: list[str]) -> list[
         if not isinstance(slices, list) or not all(isinstance(s, str) for s in slices):
             problems.append(f"{where}: 'slices' must be a list of strings")
             continue
+        choices = _choices(spec, row, where, problems)
+        if choices is None:
+            continue
         items.append(
             SuiteItem(
                 id=item_id,
                 prompt=spec.prompt_template.format(**row),
                 answer=str(row.get(spec.answer_field, "")),
                 slices=tuple(slices),
+                choices=choices,
             )
         )
     return items

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from ..config import CalibrationConfig
 from ..errors import InputError
+from ..jsonl import jsonl_lines
 
 __all__ = ["calibration_samples", "heldout_samples", "read_passages"]
 
@@ -23,7 +24,7 @@ def read_passages(names: list[str], resolve: Resolve, key: str) -> list[dict]:
         path = resolve(name)
         if not path.is_file():
             raise InputError(f"calibration.{key}: {name!r} not found (looked at {path})")
-        for lineno, line in enumerate(path.read_text().splitlines(), start=1):
+        for lineno, line in enumerate(jsonl_lines(path), start=1):
             if not line.strip():
                 continue
             try:
