@@ -151,16 +151,23 @@ quant_stage:
 """
 
 
+def quantize_one(workbench, cwd: Path, config: str, candidate: str, runs: str
+                 ) -> tuple[subprocess.CompletedProcess, dict]:
+    """`workbench quantize` for one candidate; its process and its summary entry."""
+    proc = workbench("quantize", "--candidate", candidate, "--config", config, "--runs-dir",
+                     runs, cwd=cwd)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    summary = next((cwd / runs).glob("*/quantize-summary.json")).read_text()
+    return proc, json.loads(summary)[0]
+
+
 def test_recipe_file_and_ready_checkpoint_candidates(tiny_model: Path, tmp_path: Path,
                                                      workbench) -> None:
     (tmp_path / "w8a16.yaml").write_text(RECIPE_FILE)
     config = write_config(tmp_path, tiny_model).read_text().replace(
         "candidates:\n", "candidates:\n  mine: {recipe_file: w8a16.yaml}\n")
     (tmp_path / "c.yaml").write_text(config)
-    built = workbench("quantize", "--candidate", "mine", "--config", "c.yaml", "--runs-dir",
-                      "runs", cwd=tmp_path)
-    assert built.returncode == 0, built.stdout + built.stderr
-    q = json.loads(next((tmp_path / "runs").glob("*/quantize-summary.json")).read_text())[0]
+    _, q = quantize_one(workbench, tmp_path, "c.yaml", "mine", "runs")
     assert q["source"] == "built" and q["manifest"]["format"]["label"] == "W8A16"
     assert q["manifest"]["recipe"]["sha256"]
     # its format is known only once built: evaluate refuses it before serving, exit 2
@@ -173,9 +180,6 @@ def test_recipe_file_and_ready_checkpoint_candidates(tiny_model: Path, tmp_path:
     # the same checkpoint, handed over as a ready folder
     ready = config.replace("candidates:\n", f"candidates:\n  ready: {{checkpoint: {q['path']}}}\n")
     (tmp_path / "r.yaml").write_text(ready)
-    passed = workbench("quantize", "--candidate", "ready", "--config", "r.yaml", "--runs-dir",
-                       "runs-ready", cwd=tmp_path)
-    assert passed.returncode == 0, passed.stdout + passed.stderr
-    r = json.loads(next((tmp_path / "runs-ready").glob("*/quantize-summary.json")).read_text())[0]
+    passed, r = quantize_one(workbench, tmp_path, "r.yaml", "ready", "runs-ready")
     assert r["source"] == "checkpoint" and r["manifest"]["format"]["label"] == "W8A16"
     assert "unsupported" in passed.stdout  # the table says it will not serve here
