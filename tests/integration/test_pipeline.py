@@ -26,7 +26,7 @@ calibration:
   num_samples: 16
   seq_len: 64
 engine: {{max_model_len: 512, enforce_eager: true, kv_cache_space_gib: 1, startup_timeout_s: 600}}
-suites: [arithmetic, commonsenseqa, heldout-text]
+suites: [arithmetic, commonsenseqa, humaneval, heldout-text]
 profile: smoke
 load: {{concurrency: [1, 4], num_prompts: 8, input_len: 32, output_len: 16, warmup_prompts: 1}}
 gates: gates.yaml
@@ -96,6 +96,11 @@ def test_quantise_serve_evaluate_gate_record(tiny_config: Path, tmp_path: Path, 
                      .read_text().splitlines()[0])
     assert len(row["choice_probs"]) == 5 and abs(sum(row["choice_probs"]) - 1) < 1e-3
     assert row["response"] in (" A", " B", " C", " D", " E")
+    # code: completions run in the sandbox, each outcome recorded (a random model fails them)
+    code = [json.loads(line) for line in (record_file.parent / "candidate" /
+                                          "items-humaneval.jsonl").read_text().splitlines()]
+    assert len(code) == 20 and all(c["detail"].endswith(("[netns]", "[socket-blocked]"))
+                                   for c in code)
     # fidelity: both models scored the same 16 held-out texts token by token
     fid = record["fidelity"]["heldout-text"]
     assert fid["items"] == 16 and fid["skipped_items"] == 0 and fid["tokens"] > 1000

@@ -24,6 +24,7 @@ import httpx
 
 from ..errors import InfraError
 from .choice import choice_logprobs, expected_calibration_error, softmax
+from .sandbox import run_python
 from .suites import Suite, SuiteItem
 
 __all__ = [
@@ -52,6 +53,7 @@ class ItemResult:
     latency_s: float
     completion_tokens: int
     choice_probs: tuple[float, ...] = ()  # scoring 'choice': the answer distribution
+    detail: str = ""  # scoring 'code': passed | failed: <last error line> | timeout
 
 
 @dataclass(frozen=True)
@@ -185,11 +187,34 @@ async def _choose(
                       choice_probs=tuple(round(p, 6) for p in probs))
 
 
+async def _write_code(
+    client: httpx.AsyncClient, model: str, suite: Suite, item: SuiteItem, seed: int
+) -> ItemResult:
+    """Complete the prompt as raw text, then run prompt + completion + check, sandboxed."""
+    start = time.perf_counter()
+    resp = await client.post("/v1/completions", json={
+        "model": model, "prompt": item.prompt, "max_tokens": suite.spec.max_tokens,
+        "temperature": 0.0, "seed": seed, "stop": suite.spec.stop or None})
+    latency = time.perf_counter() - start
+    _check(resp, suite, item)
+    payload = resp.json()
+    completion = payload["choices"][0]["text"]
+    program = f"{item.prompt}{completion}\n\n{item.check}\n"
+    ran = await asyncio.to_thread(run_python, program, suite.spec.timeout_s)
+    detail = ran.outcome + (f": {ran.detail}" if ran.detail else "")
+    return ItemResult(id=item.id, slices=item.slices, prompt_sha256=_prompt_hash(item.prompt),
+                      response=completion, score=float(ran.passed), latency_s=round(latency, 4),
+                      completion_tokens=int(payload.get("usage", {}).get("completion_tokens", 0)),
+                      detail=f"{detail} [{ran.isolation}]")
+
+
 async def _ask(
     client: httpx.AsyncClient, model: str, suite: Suite, item: SuiteItem, seed: int
 ) -> ItemResult:
     if suite.spec.scoring == "choice":
         return await _choose(client, model, suite, item, seed)
+    if suite.spec.scoring == "code":
+        return await _write_code(client, model, suite, item, seed)
     messages = [{"role": "user", "content": item.prompt}]
     if suite.spec.system_prompt:
         messages.insert(0, {"role": "system", "content": suite.spec.system_prompt})

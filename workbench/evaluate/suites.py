@@ -44,12 +44,19 @@ class SuiteSpec(BaseModel):
     data: str = "items.jsonl"
     system_prompt: str | None = None
     prompt_template: str = Field(description="Python format string over the item's fields")
-    scoring: Literal["numeric", "exact", "choice", "logprobs"] = "numeric"
+    scoring: Literal["numeric", "exact", "choice", "code", "logprobs"] = "numeric"
     answer_field: str = "answer"
     choices_field: str = Field(
         default="choices", description="choice: the item field listing each continuation "
                                        "scored after the prompt; the answer is its index")
     max_tokens: int = Field(default=32, gt=0)
+    check_field: str = Field(
+        default="check", description="code: the item field holding the test program run "
+                                     "after the prompt and the completion")
+    stop: list[str] = Field(default_factory=list, max_length=4,
+                            description="code: stop sequences for the raw completion (the "
+                                        "OpenAI API, and vLLM's, take at most 4)")
+    timeout_s: float = Field(default=10.0, gt=0, description="code: time limit per program")
     top_k: int = Field(default=20, ge=1, le=20,
                        description="fidelity: prompt log-probabilities kept per position "
                                    "(vLLM allows at most 20 by default)")
@@ -60,12 +67,12 @@ class SuiteSpec(BaseModel):
     def model_post_init(self, _ctx: object) -> None:
         if (self.kind == "fidelity") != (self.scoring == "logprobs"):
             raise ValueError("kind 'fidelity' goes with scoring 'logprobs', and only it")
-        if self.scoring == "choice" and self.system_prompt:
-            raise ValueError("scoring 'choice' scores raw text continuations: no system_prompt")
+        if self.scoring in ("choice", "code") and self.system_prompt:
+            raise ValueError(f"scoring '{self.scoring}' continues raw text: no system_prompt")
 
     @property
     def needs_answer(self) -> bool:
-        return self.scoring != "logprobs"
+        return self.scoring not in ("logprobs", "code")
 
 
 @dataclass(frozen=True)
@@ -75,6 +82,7 @@ class SuiteItem:
     answer: str
     slices: tuple[str, ...]
     choices: tuple[str, ...] = ()  # scoring 'choice': the continuations, answer = index
+    check: str = ""  # scoring 'code': the test program appended to prompt + completion
 
 
 @dataclass(frozen=True)
@@ -137,6 +145,8 @@ def _parse_items(spec: SuiteSpec, data_path: Path, problems: list[str]) -> list[
         needed.add(spec.answer_field)
     if spec.scoring == "choice":
         needed.add(spec.choices_field)
+    if spec.scoring == "code":
+        needed.add(spec.check_field)
     items: list[SuiteItem] = []
     seen: set[str] = set()
     for lineno, line in enumerate(jsonl_lines(data_path), start=1):
@@ -171,6 +181,7 @@ def _parse_items(spec: SuiteSpec, data_path: Path, problems: list[str]) -> list[
                 answer=str(row.get(spec.answer_field, "")),
                 slices=tuple(slices),
                 choices=choices,
+                check=str(row.get(spec.check_field, "")) if spec.scoring == "code" else "",
             )
         )
     return items
