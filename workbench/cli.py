@@ -172,18 +172,24 @@ def serve(config_path: str, candidate: str | None, runs_dir: Path) -> int:
 
 @main.command()
 @config_option
+@click.option("--all-suites", is_flag=True,
+              help="Also check every suite shipped in eval_suites/, not only the config's.")
 @debug_option
 @handle_errors
-def validate(config_path: str) -> int:
+def validate(config_path: str, all_suites: bool) -> int:
     """Check a config, its gate policy and every suite it names; report every problem at once."""
-    from .evaluate.suites import load_suite
+    from .evaluate.suites import SUITES_ROOT, load_suite
     from .gates import load_gate_policy
 
     path = _config_path(config_path)
     cfg = load_config(path)
+    names = list(cfg.suites)
+    if all_suites:
+        shipped = {p.parent.name: str(p.parent) for p in SUITES_ROOT.glob("*/*/suite.yaml")}
+        names = sorted(shipped.values()) + [n for n in cfg.suites if n not in shipped]
     problems: list[str] = []
     for check in [lambda: load_gate_policy(cfg.resolve(cfg.gates))] + [
-        functools.partial(load_suite, name) for name in cfg.suites
+        functools.partial(load_suite, name) for name in names
     ]:
         try:
             check()
@@ -192,7 +198,7 @@ def validate(config_path: str) -> int:
     if problems:
         raise InputError(problems[0], problems)
     console.print(f"[green]ok[/]: {path} — {len(cfg.candidates)} candidate(s), "
-                  f"{len(cfg.suites)} suite(s), gates {cfg.gates}")
+                  f"{len(names)} suite(s) checked, gates {cfg.gates}")
     return 0
 
 

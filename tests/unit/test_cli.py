@@ -120,3 +120,10 @@ def test_quantize_needs_exactly_one_of_candidate_or_all(tmp_path: Path) -> None:
         assert result.exit_code == 2 and "--candidate NAME (repeatable) or --all" in result.output
     result = run("quantize", "--config", str(DEFAULT), "--candidate", "int4", "--candidate", "x")
     assert result.exit_code == 2 and "unknown candidate 'x'" in result.output
+
+
+def test_validate_all_suites_checks_every_shipped_suite() -> None:
+    result = run("validate", "--config", str(DEFAULT), "--all-suites")
+    shipped = len(list((REPO / "eval_suites").glob("*/*/suite.yaml")))
+    assert result.exit_code == 0, result.output
+    assert f"{shipped} suite(s) checked" in result.output and shipped >= 9
