@@ -62,37 +62,48 @@ class Plan:
         return engine_version()
 
 
-def plan(cfg: RunConfig, candidate: str, device: str | None = None) -> Plan:
-    p = Plan(cfg, candidate, device)
-    problems = []
-    if not (p.model_dir / "config.json").is_file():
-        hint = " (run scripts/setup.sh)" if cfg.model.path == "default" else ""
-        problems.append(f"{cfg.source}: model.path: {p.model_dir} is not a model folder{hint}")
-    names = {s.name for s in p.suites}
-    problems += [f"{cfg.resolve(cfg.gates)}: quality gate names suite {g.suite!r}, which the "
-                 f"config does not run (suites: {', '.join(sorted(names))})"
-                 for g in p.policy.quality if g.suite not in names]
-    problems += candidate_problems(cfg, candidate, p.model_dir)
-    if not problems:
-        unsupported = serving_problem(cfg, candidate, p.device)
-        problems += [unsupported] if unsupported else []
-    if needs_calibration(p.candidate):
+def model_problems(cfg: RunConfig, model_dir: Path) -> list[str]:
+    if (model_dir / "config.json").is_file():
+        return []
+    hint = " (run scripts/setup.sh)" if cfg.model.path == "default" else ""
+    return [f"{cfg.source}: model.path: {model_dir} is not a model folder{hint}"]
+
+
+def build_problems(cfg: RunConfig, candidate: str, model_dir: Path) -> list[str]:
+    """What stops a candidate from being built: its recipe against this model, its data."""
+    problems = candidate_problems(cfg, candidate, model_dir)
+    if needs_calibration(cfg.candidate(candidate)):
         try:
             calibration_samples(cfg.calibration, cfg.resolve)
         except InputError as err:
             problems += err.problems
+    return problems
+
+
+def plan(cfg: RunConfig, candidate: str, device: str | None = None) -> Plan:
+    p = Plan(cfg, candidate, device)
+    problems = model_problems(cfg, p.model_dir)
+    names = {s.name for s in p.suites}
+    problems += [f"{cfg.resolve(cfg.gates)}: quality gate names suite {g.suite!r}, which the "
+                 f"config does not run (suites: {', '.join(sorted(names))})"
+                 for g in p.policy.quality if g.suite not in names]
+    problems += build_problems(cfg, candidate, p.model_dir)
+    if not problems:
+        unsupported = serving_problem(cfg, candidate, p.device)
+        problems += [unsupported] if unsupported else []
     if problems:
         raise InputError(problems[0], problems)
     return p
 
 
-def _quantize_stage(p: Plan, run_dir: Path, console: Console) -> QuantizeResult:
-    kind = p.candidate.recipe or p.candidate.recipe_file or "checkpoint"
-    what = f"quantising {p.candidate_name} ({kind})"
+def _quantize_stage(cfg: RunConfig, name: str, model_dir: Path, model_digest: str,
+                    run_dir: Path, console: Console) -> QuantizeResult:
+    cand = cfg.candidate(name)
+    what = f"quantising {name} ({cand.recipe or cand.recipe_file or 'checkpoint'})"
     with console.status(what) as status:
-        q = quantize(p.cfg, p.candidate_name, p.model_dir, p.model_digest, run_dir / "quantize.log",
+        q = quantize(cfg, name, model_dir, model_digest, run_dir / "quantize.log",
                      on_progress=lambda step: status.update(f"{what} {step}"))
-    console.print(f"[green]✓[/] quantise {p.candidate_name}: {_quantize_summary(q)}")
+    console.print(f"[green]✓[/] quantise {name}: {_quantize_summary(q)}")
     write_json(run_dir / "quantize.json", q.to_dict())
     return q
 
@@ -242,7 +253,7 @@ def run_evaluate(cfg: RunConfig, candidate: str, runs_root: Path,
                             "profile": cfg.profile, "load": cfg.load.model_dump_json(),
                             "gates": str(cfg.resolve(cfg.gates)), "run_dir": str(run_dir)})
         try:
-            q = _quantize_stage(p, run_dir, console)
+            q = _quantize_stage(cfg, candidate, p.model_dir, p.model_digest, run_dir, console)
             if p.candidate.recipe_file is not None:  # its format is known only now
                 unsupported = serving_problem(cfg, candidate, device, Path(q.path))
                 if unsupported:
@@ -281,28 +292,27 @@ def _quantize_summary(q: QuantizeResult) -> str:
 
 def run_quantize(cfg: RunConfig, candidates: list[str], runs_root: Path,
                  console: Console) -> list[QuantizeResult]:
-    """Build (or find) each candidate's checkpoint; say which ones this device can serve."""
-    plans = [Plan(cfg, name) for name in candidates]
-    model_dir = plans[0].model_dir
-    problems = [] if (model_dir / "config.json").is_file() else [
-        f"{cfg.source}: model.path: {model_dir} is not a model folder"]
-    for p in plans:
-        problems += candidate_problems(cfg, p.candidate_name, model_dir)
-        if needs_calibration(p.candidate) and not problems:
-            calibration_samples(cfg.calibration, cfg.resolve)
+    """Build (or find) each candidate's checkpoint; say which ones this device can serve.
+
+    Needs only the model and the candidates: suites and gates are not loaded."""
+    model_dir = cfg.model.resolved_path(cfg.base_dir)
+    problems = model_problems(cfg, model_dir)
+    for name in candidates:
+        problems += build_problems(cfg, name, model_dir)
     if problems:
+        problems = list(dict.fromkeys(problems))  # a calibration problem is every candidate's
         raise InputError(problems[0], problems)
     run_dir = new_run_dir(runs_root, "quantize-" + "-".join(candidates)[:80])
+    digest = folder_digest(model_dir)
     results = []
-    for p in plans:
-        p.__dict__["model_digest"] = plans[0].model_digest  # one digest of the model per run
-        sub = run_dir / p.candidate_name if len(plans) > 1 else run_dir
+    for name in candidates:
+        sub = run_dir / name if len(candidates) > 1 else run_dir
         sub.mkdir(exist_ok=True)
-        results.append(_quantize_stage(p, sub, console))
+        results.append(_quantize_stage(cfg, name, model_dir, digest, sub, console))
     write_json(run_dir / "quantize-summary.json", [q.to_dict() for q in results])
     if len(results) == 1:
         console.print_json(json.dumps(results[0].manifest, default=str))
-    show_quantize_table(cfg, results, plans[0].device, console)
+    show_quantize_table(cfg, results, detect_device(), console)
     return results
 
 

@@ -12,6 +12,7 @@ lm-eval's API backends need local task YAMLs and record no per-request latency).
 
 from __future__ import annotations
 
+import asyncio
 import math
 
 import httpx
@@ -35,8 +36,8 @@ async def _tokens(client: httpx.AsyncClient, model: str, text: str, special: boo
 async def choice_logprobs(client: httpx.AsyncClient, model: str, prompt: str,
                           choices: tuple[str, ...], seed: int) -> list[float]:
     """Sum of log P(continuation token | everything before it), per choice."""
-    context = await _tokens(client, model, prompt, True)
-    continuations = [await _tokens(client, model, c, False) for c in choices]
+    context, *continuations = await asyncio.gather(
+        _tokens(client, model, prompt, True), *(_tokens(client, model, c, False) for c in choices))
     resp = await client.post("/v1/completions", json={
         "model": model, "prompt": [context + c for c in continuations], "max_tokens": 1,
         "temperature": 0.0, "seed": seed, "prompt_logprobs": 1})
