@@ -17,6 +17,8 @@ import math
 
 import httpx
 
+from .engine_logprobs import prompt_logprobs, tokenize
+
 __all__ = ["choice_logprobs", "expected_calibration_error", "softmax"]
 
 
@@ -26,29 +28,16 @@ def softmax(scores: list[float]) -> list[float]:
     return [e / sum(exps) for e in exps]
 
 
-async def _tokens(client: httpx.AsyncClient, model: str, text: str, special: bool) -> list[int]:
-    resp = await client.post("/tokenize", json={"model": model, "prompt": text,
-                                                "add_special_tokens": special})
-    resp.raise_for_status()
-    return list(resp.json()["tokens"])
-
-
 async def choice_logprobs(client: httpx.AsyncClient, model: str, prompt: str,
                           choices: tuple[str, ...], seed: int) -> list[float]:
     """Sum of log P(continuation token | everything before it), per choice."""
     context, *continuations = await asyncio.gather(
-        _tokens(client, model, prompt, True), *(_tokens(client, model, c, False) for c in choices))
-    resp = await client.post("/v1/completions", json={
-        "model": model, "prompt": [context + c for c in continuations], "max_tokens": 1,
-        "temperature": 0.0, "seed": seed, "prompt_logprobs": 1})
-    resp.raise_for_status()
-    by_index = sorted(resp.json()["choices"], key=lambda c: c["index"])
-    sums = []
-    for cont, answer in zip(continuations, by_index, strict=True):
-        positions = answer["prompt_logprobs"][len(context):]
-        sums.append(sum(float(pos[str(t)]["logprob"]) for pos, t in zip(positions, cont,
-                                                                          strict=True)))
-    return sums
+        tokenize(client, model, prompt), *(tokenize(client, model, c, False) for c in choices))
+    scored = await prompt_logprobs(client, model, [context + c for c in continuations], 1, seed)
+    # position i of a result predicts token i + 1; the continuation starts at len(context)
+    return [sum(float(pos[str(t)]["logprob"])
+                for pos, t in zip(positions[len(context) - 1:], cont, strict=True))
+            for cont, positions in zip(continuations, scored, strict=True)]
 
 
 def expected_calibration_error(confidence: list[float], correct: list[float],

@@ -24,6 +24,7 @@ import httpx
 
 from ..errors import InfraError
 from .choice import choice_logprobs, expected_calibration_error, softmax
+from .engine_logprobs import prompt_logprobs, tokenize
 from .sandbox import run_python
 from .suites import Suite, SuiteItem
 
@@ -145,15 +146,13 @@ async def _score_text(
     the candidate score exactly the same tokens.
     """
     start = time.perf_counter()
-    tok = await client.post("/tokenize", json={"model": model, "prompt": item.prompt})
-    _check(tok, suite, item)
-    ids = tok.json()["tokens"][: suite.spec.max_prompt_tokens]
-    resp = await client.post("/v1/completions", json={
-        "model": model, "prompt": ids, "max_tokens": 1, "temperature": 0.0, "seed": seed,
-        "prompt_logprobs": suite.spec.top_k})
-    _check(resp, suite, item)
+    try:
+        ids = (await tokenize(client, model, item.prompt))[: suite.spec.max_prompt_tokens]
+        positions = (await prompt_logprobs(client, model, [ids], suite.spec.top_k, seed))[0]
+    except httpx.HTTPStatusError as err:
+        _check(err.response, suite, item)
+        raise
     latency = time.perf_counter() - start
-    positions = resp.json()["choices"][0]["prompt_logprobs"][1:]  # the first has no context
     actual = [float(pos[str(t)]["logprob"]) for pos, t in zip(positions, ids[1:], strict=True)]
     top = [sorted(([int(k), float(v["logprob"])] for k, v in pos.items()
                    if v["rank"] <= suite.spec.top_k), key=lambda kv: -kv[1])
