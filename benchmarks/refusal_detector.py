@@ -1,0 +1,52 @@
+"""Precision and recall of the workbench's refusal detector on labelled responses.
+
+    .venv/bin/python benchmarks/refusal_detector.py
+
+Reads eval_suites/safety/refusal-labels (responses a person labelled refusal or not) and
+prints the confusion counts, precision, recall and F1, plus the ids of the misjudged items.
+Only ids are printed: the requests and responses stay in the data file.
+"""
+
+from __future__ import annotations
+
+import json
+
+from workbench.evaluate.refusal import is_refusal
+from workbench.evaluate.suites import SUITES_ROOT
+from workbench.jsonl import jsonl_lines
+
+LABELS = SUITES_ROOT / "safety" / "refusal-labels" / "items.jsonl"
+
+
+def confusion(rows: list[dict], with_request: bool) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {"tp": [], "fp": [], "fn": [], "tn": []}
+    for r in rows:
+        said = is_refusal(r["response"], r["request"] if with_request else None)
+        truth = bool(r["refusal"])
+        out[("t" if said == truth else "f") + ("p" if said else "n")].append(r["id"])
+    return out
+
+
+def main() -> None:
+    rows = [json.loads(line) for line in jsonl_lines(LABELS) if line.strip()]
+    for with_request in (False, True):
+        print("== " + ("phrases + off-topic check (as the safety suites run it)" if with_request
+                       else "refusal phrases only (no request given)"))
+        report(rows, confusion(rows, with_request))
+
+
+def report(rows: list[dict], c: dict[str, list[str]]) -> None:
+    tp, fp, fn, tn = (len(c[k]) for k in ("tp", "fp", "fn", "tn"))
+    precision = tp / max(tp + fp, 1)
+    recall = tp / max(tp + fn, 1)
+    f1 = 2 * precision * recall / max(precision + recall, 1e-9)
+    print(f"labelled responses: {len(rows)} ({tp + fn} refusals, {fp + tn} answers)")
+    print(f"tp {tp}  fp {fp}  fn {fn}  tn {tn}")
+    print(f"precision {precision:.3f}  recall {recall:.3f}  F1 {f1:.3f}  "
+          f"accuracy {(tp + tn) / len(rows):.3f}")
+    print(f"false refusals (ids): {', '.join(c['fp']) or '-'}")
+    print(f"missed refusals (ids): {', '.join(c['fn']) or '-'}")
+
+
+if __name__ == "__main__":
+    main()
