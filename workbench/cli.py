@@ -16,9 +16,10 @@ from typing import Any
 
 import click
 from rich.console import Console
+from rich.markup import escape
 
 from .config import load_config
-from .errors import InputError, WorkbenchError
+from .errors import InfraError, InputError, WorkbenchError
 from .paths import REPO_ROOT
 
 __all__ = ["main"]
@@ -54,6 +55,13 @@ def handle_errors(fn: Callable[..., int | None]) -> Callable[..., None]:
             err_console.print(
                 "[yellow]interrupted[/]: engine stopped; anything measured so far is kept")
             code = 130
+        except Exception as err:  # noqa: BLE001 - a crash must never read as "reject" (1)
+            if debug:
+                raise
+            err_console.print(f"[red]error:[/] unexpected {type(err).__name__}: "
+                              f"{escape(str(err))} (rerun with --debug for the traceback)",
+                              soft_wrap=True)
+            code = InfraError.exit_code
         sys.exit(code)
 
     return wrapper

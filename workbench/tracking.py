@@ -3,18 +3,28 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from types import TracebackType
 
 from .config import TrackingConfig
 
-__all__ = ["Tracker", "tracking_uri"]
+__all__ = ["Tracker", "metric_name", "tracking_uri"]
 
 
 def tracking_uri(cfg: TrackingConfig) -> str:
     """MLFLOW_TRACKING_URI wins, then the config, then ./mlflow.db (absolute, see FIELD_NOTES)."""
     return os.environ.get("MLFLOW_TRACKING_URI") or cfg.uri or \
         f"sqlite:///{Path.cwd().resolve() / 'mlflow.db'}"
+
+
+# MLflow accepts only these characters in a metric name; suite and slice labels are free text.
+_NOT_IN_METRIC_NAME = re.compile(r"[^\w\-. :/]", re.ASCII)
+
+
+def metric_name(name: str) -> str:
+    """The name as MLflow accepts it: other characters become '_'."""
+    return _NOT_IN_METRIC_NAME.sub("_", name)
 
 
 class Tracker:
@@ -55,7 +65,7 @@ class Tracker:
     def log_metrics(self, metrics: dict[str, float]) -> None:
         import mlflow
 
-        mlflow.log_metrics({k: float(v) for k, v in metrics.items()})
+        mlflow.log_metrics({metric_name(k): float(v) for k, v in metrics.items()})
 
     def set_tags(self, tags: dict[str, str]) -> None:
         import mlflow

@@ -127,3 +127,15 @@ def test_validate_all_suites_checks_every_shipped_suite() -> None:
     shipped = len(list((REPO / "eval_suites").glob("*/*/suite.yaml")))
     assert result.exit_code == 0, result.output
     assert f"{shipped} suite(s) checked" in result.output and shipped >= 9
+
+
+def test_an_unexpected_crash_exits_3_not_the_reject_code(monkeypatch) -> None:
+    import workbench.pipeline as pipeline
+
+    def crash(*_args, **_kwargs):
+        raise ValueError("metric name 'x+' is not allowed")
+
+    monkeypatch.setattr(pipeline, "run_evaluate", crash)
+    result = run("evaluate", "--config", str(DEFAULT), "--candidate", "int4")
+    assert result.exit_code == 3
+    assert "unexpected ValueError: metric name 'x+' is not allowed" in result.output
