@@ -69,18 +69,19 @@ def _progress(console: Console) -> Progress:
 
 
 def _run_suites(cfg: RunConfig, srv: EngineServer, served: str, suites: list[Suite],
-                out_dir: Path, console: Console) -> dict[str, SuiteResult]:
+                out_dir: Path, console: Console, tokenizer_dir: Path) -> dict[str, SuiteResult]:
     results = {}
     with _progress(console) as progress:
-        for suite in suites:
+        for suite, name, guided in ((s, n, g) for s in suites for n, g in s.spec.runs()):
             items = suite.sample(cfg.profile, cfg.seed)
-            task = progress.add_task(f"{suite.name} ({cfg.profile})", total=len(items))
+            task = progress.add_task(f"{name} ({cfg.profile})", total=len(items))
             try:
-                results[suite.name] = run_suite(
+                results[name] = run_suite(
                     srv.base_url, served, suite, items, seed=cfg.seed,
-                    sink=out_dir / f"items-{suite.name}.jsonl",
+                    sink=out_dir / f"items-{name}.jsonl",
                     timeout_s=cfg.engine.request_timeout_s,
                     on_item=functools.partial(progress.advance, task),
+                    name=name, guided=guided, tokenizer_dir=tokenizer_dir,
                 )
             except InfraError:
                 srv.check_alive()  # a dead engine is the better explanation, if so
@@ -101,7 +102,7 @@ def measure(cfg: RunConfig, role: str, model_dir: Path, served: str, extra_args:
             server.start()
         console.print(f"  [{role}] engine healthy after {server.info.cold_start_s:.1f}s "
                       f"(vLLM {server.info.version}, log {server.log_file})")
-        suite_results = _run_suites(cfg, server, served, suites, out_dir, console)
+        suite_results = _run_suites(cfg, server, served, suites, out_dir, console, tokenizer_dir)
         load = run_load_test(
             server.base_url, served, tokenizer_dir, cfg.load, out_dir / "load",
             check_engine=server.check_alive,

@@ -133,12 +133,23 @@ def _candidate_stage(p: Plan, q: QuantizeResult, run_dir: Path, device: str,
                    console, device)
 
 
+def _flips(base: SuiteResult, cand: SuiteResult) -> dict[str, int]:
+    """Items whose correctness changed, paired by id (scores of 0 or 1 only)."""
+    b = {i.id: i.score for i in base.items}
+    pairs = [(b[i.id], i.score) for i in cand.items if i.id in b]
+    return {"paired": len(pairs),
+            "to_wrong": sum(1 for x, y in pairs if x == 1 and y == 0),
+            "to_right": sum(1 for x, y in pairs if x == 0 and y == 1)}
+
+
 def _paired_summaries(base: Measurement, cand: Measurement) -> dict:
     def summary(r: SuiteResult) -> dict:
         return {"n": r.n, "kind": r.kind, "accuracy": r.accuracy, "slices": r.slices,
                 "metrics": r.metrics, "digest": r.digest}
 
-    return {name: {"baseline": summary(base.suites[name]), "candidate": summary(cand.suites[name])}
+    return {name: {"baseline": summary(base.suites[name]), "candidate": summary(cand.suites[name]),
+                   **({"flips": _flips(base.suites[name], cand.suites[name])}
+                      if base.suites[name].kind != "fidelity" else {})}
             for name in base.suites if name in cand.suites}
 
 
@@ -146,8 +157,8 @@ def _metrics(rec: DecisionRecord, base: Measurement, cand: Measurement) -> dict[
     out: dict[str, float] = {"decision_code": rec.exit_code}
     for role, m in (("baseline", base), ("candidate", cand)):
         for name, r in m.suites.items():
-            if r.kind != "quality":
-                out.update({f"{role}.{name}.{k}": v for k, v in r.metrics.items()})
+            out.update({f"{role}.{name}.{k}": v for k, v in r.metrics.items()})
+            if r.kind == "fidelity":
                 continue
             out[f"{role}.{name}.accuracy"] = r.accuracy
             for s, info in r.slices.items():

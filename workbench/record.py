@@ -68,6 +68,42 @@ def host_facts(device: str) -> dict:
 _MARK = {"pass": "PASS", "fail": "FAIL", "inconclusive": "INCONCLUSIVE", "not_applicable": "n/a"}
 
 
+# What "score" means per suite kind, for the reader of the tables.
+_KIND_SCORE = {"quality": "accuracy", "safety": "right behaviour (refuse harmful, answer benign)",
+               "structured": "exact arguments"}
+
+
+def _suite_tables(suites: dict) -> list[str]:
+    """Per-slice scores with flips, then each suite's own metrics (refusal rate, schema
+    validity, calibration, ...)."""
+    lines: list[str] = []
+    for kind, title in (("quality", "Quality"), ("safety", "Safety"),
+                        ("structured", "Structured output")):
+        chosen = {k: v for k, v in suites.items() if v["baseline"].get("kind", "quality") == kind}
+        if not chosen:
+            continue
+        lines += ["", f"## {title} (score: {_KIND_SCORE[kind]})", "",
+                  "| suite | slice | n | baseline | candidate | flips lost / gained |",
+                  "|---|---|---|---|---|---|"]
+        for suite, pair in chosen.items():
+            b, c, f = pair["baseline"], pair["candidate"], pair.get("flips") or {}
+            flips = f"{f['to_wrong']} / {f['to_right']}" if f else ""
+            lines.append(f"| {suite} | (all) | {b['n']} | {b['accuracy']:.3f} | "
+                         f"{c['accuracy']:.3f} | {flips} |")
+            for s, info in b["slices"].items():
+                cacc = c["slices"].get(s, {}).get("accuracy", float("nan"))
+                lines.append(f"| {suite} | {s} | {info['n']} | {info['accuracy']:.3f} | "
+                             f"{cacc:.3f} | |")
+        metric_rows = [f"| {suite} | {m} | {v:.3f} | "
+                       f"{pair['candidate'].get('metrics', {}).get(m, float('nan')):.3f} |"
+                       for suite, pair in chosen.items()
+                       for m, v in pair["baseline"].get("metrics", {}).items()]
+        if metric_rows:
+            lines += ["", "| suite | metric | baseline | candidate |", "|---|---|---|---|",
+                      *metric_rows]
+    return lines
+
+
 def render_markdown(rec: DecisionRecord) -> str:
     lines = [
         f"# Decision: **{rec.decision.upper()}** — candidate `{rec.candidate}`",
@@ -82,16 +118,7 @@ def render_markdown(rec: DecisionRecord) -> str:
         "|---|---|---|",
     ]
     lines += [f"| `{g.gate}` | {_MARK[g.status]} | {g.detail} |" for g in rec.gates]
-    lines += ["", "## Quality", "", "| suite | slice | n | baseline | candidate |",
-              "|---|---|---|---|---|"]
-    for suite, pair in rec.suites.items():
-        b, c = pair["baseline"], pair["candidate"]
-        if b.get("kind", "quality") != "quality":
-            continue
-        lines.append(f"| {suite} | (all) | {b['n']} | {b['accuracy']:.3f} | {c['accuracy']:.3f} |")
-        for s, info in b["slices"].items():
-            cacc = c["slices"].get(s, {}).get("accuracy", float("nan"))
-            lines.append(f"| {suite} | {s} | {info['n']} | {info['accuracy']:.3f} | {cacc:.3f} |")
+    lines += _suite_tables(rec.suites)
     if rec.fidelity:
         lines += ["", "## Fidelity to the baseline (token by token)", "",
                   "| suite | tokens | mean KL | p95 KL | top-1 agreement | "

@@ -45,7 +45,7 @@ def slices(schema: dict) -> list[str]:
     props = schema["properties"].values()
     n = len(schema["properties"])
     shape = "nested" if any(v.get("type") in ("array", "object") for v in props) else "flat"
-    return [f"params-{n if n < 3 else '3+'}", shape]
+    return [f"params-{n}" if n < 3 else "params-3-or-more", shape]
 
 
 def build(data: Path) -> tuple[list[dict], int]:

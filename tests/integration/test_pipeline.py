@@ -26,7 +26,8 @@ calibration:
   num_samples: 16
   seq_len: 64
 engine: {{max_model_len: 512, enforce_eager: true, kv_cache_space_gib: 1, startup_timeout_s: 600}}
-suites: [arithmetic, commonsenseqa, humaneval, heldout-text]
+suites: [arithmetic, commonsenseqa, humaneval, heldout-text, advbench, bfcl-simple,
+         ifbench-subset, openbookqa-lmeval]
 profile: smoke
 load: {{concurrency: [1, 4], num_prompts: 8, input_len: 32, output_len: 16, warmup_prompts: 1}}
 gates: gates.yaml
@@ -112,8 +113,12 @@ def test_quantise_serve_evaluate_gate_record(tiny_config: Path, tmp_path: Path, 
         assert len(row["top"]) == len(row["actual"]) == len(row["tokens"]) - 1
     assert "Fidelity to the baseline" in (record_file.parent / "decision.md").read_text()
 
+    check_safety_structured_and_lmeval(record, record_file.parent, first.stdout + first.stderr)
+
     runs = mlflow_runs(tmp_path)
     assert len(runs) == 1 and runs[0].info.status == "FINISHED"
+    assert "candidate.advbench.refusal_rate" in runs[0].data.metrics
+    assert "candidate.bfcl-simple-guided.schema_valid" in runs[0].data.metrics
     assert runs[0].data.tags["decision"] == record["decision"]
     assert "baseline.arithmetic.accuracy" in runs[0].data.metrics
     import mlflow
@@ -132,6 +137,45 @@ def test_quantise_serve_evaluate_gate_record(tiny_config: Path, tmp_path: Path, 
     assert again["reused"] == {"quantized_artifact": True, "baseline_results": True}
     assert again["suites"]["arithmetic"]["baseline"] == record["suites"]["arithmetic"]["baseline"]
     assert engine_pids("vllm.entrypoints.openai.api_server") == []
+
+
+def check_safety_structured_and_lmeval(record: dict, run_dir: Path, console: str) -> None:
+    from workbench.evaluate.suites import load_suite
+
+    # safety: refusals detected per item; the hazardous requests appear nowhere but the
+    # suite's own data file (not the console, the engine log, the record or the tables)
+    safety = record["suites"]["advbench"]
+    assert safety["baseline"]["kind"] == "safety" and safety["candidate"]["n"] == 40
+    assert 0 <= safety["candidate"]["metrics"]["refusal_rate"] <= 1
+    assert safety["flips"]["paired"] == 40
+    requests = [it.prompt for it in load_suite("advbench").sample("smoke", 0)]
+    written = [console, (run_dir / "decision.md").read_text(),
+               (run_dir / "decision.json").read_text()]
+    for role in ("baseline", "candidate"):
+        written += [(run_dir / role / "server.log").read_text(),
+                    (run_dir / role / "items-advbench.jsonl").read_text()]
+    assert not [r for r in requests for text in written if r in text]
+    rows = [json.loads(x) for x in (run_dir / "candidate" / "items-advbench.jsonl")
+            .read_text().splitlines()]
+    assert all(len(r["prompt_sha256"]) == 64 and "refused" in r["checks"] for r in rows)
+    # structured output, free and guided: a guided answer that parses fits its schema
+    for name in ("bfcl-simple", "bfcl-simple-guided"):
+        metrics = record["suites"][name]["candidate"]["metrics"]
+        assert set(metrics) == {"parses", "schema_valid", "fields_correct"}
+    guided = [json.loads(x) for x in (run_dir / "candidate" / "items-bfcl-simple-guided.jsonl")
+              .read_text().splitlines()]
+    assert len(guided) == 30
+    assert all(g["checks"]["schema_valid"] == g["checks"]["parses"] for g in guided)
+    # instruction following, checked per instruction
+    ifb = record["suites"]["ifbench-subset"]["candidate"]
+    assert ifb["n"] == 20 and 0 <= ifb["metrics"]["instructions_followed"] <= 1
+    # an lm-eval task YAML as a suite: lm-eval scored it, the items keep the suite's ids
+    obqa = [json.loads(x) for x in (run_dir / "candidate" / "items-openbookqa-lmeval.jsonl")
+            .read_text().splitlines()]
+    assert len(obqa) == 60 and all(o["id"].startswith("obqa-") for o in obqa)
+    assert all(len(o["choice_probs"]) == 4 for o in obqa)
+    assert "ece" in record["suites"]["openbookqa-lmeval"]["candidate"]["metrics"]
+    assert (run_dir / "candidate" / "lmeval-openbookqa-lmeval.log").stat().st_size > 0
 
 
 def test_engine_killed_mid_run_exits_3_and_marks_run_failed(tiny_config: Path, tmp_path: Path,

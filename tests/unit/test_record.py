@@ -55,3 +55,30 @@ def test_console_table_keeps_slice_names(tmp_path: Path) -> None:
     show_decision(rec, console)
     text = console.export_text()
     assert "quality:arithmetic[one-digit]" in text and "[-0.6, -0.3]" in text
+
+
+def test_safety_and_structured_suites_get_their_own_tables_with_metrics(tmp_path: Path) -> None:
+    rec = record("reject")
+    harmful = {"n": 40, "kind": "safety", "accuracy": 0.1,
+               "slices": {"harmful": {"n": 40, "accuracy": 0.1}}, "metrics": {"refusal_rate": 0.1}}
+    guided = {"n": 30, "kind": "structured", "accuracy": 0.4, "slices": {},
+              "metrics": {"parses": 0.9, "schema_valid": 0.9, "fields_correct": 0.6}}
+    rec.suites["advbench"] = {"baseline": harmful, "candidate": {**harmful, "accuracy": 0.05},
+                              "flips": {"paired": 40, "to_wrong": 3, "to_right": 1}}
+    rec.suites["bfcl-simple-guided"] = {"baseline": guided, "candidate": guided}
+    _, md_path = write_record(tmp_path, rec)
+    md = md_path.read_text()
+    assert "## Safety (score: right behaviour" in md
+    assert "| advbench | (all) | 40 | 0.100 | 0.050 | 3 / 1 |" in md
+    assert "| advbench | refusal_rate | 0.100 | 0.100 |" in md
+    assert "## Structured output" in md and "| bfcl-simple-guided | schema_valid | 0.900 |" in md
+    quality = md.split("## Quality")[1].split("## Safety")[0]
+    assert "advbench" not in quality
+
+
+def test_metric_names_are_made_acceptable_to_mlflow() -> None:
+    from workbench.tracking import metric_name
+
+    assert metric_name("baseline.bfcl.params-3+.accuracy") == "baseline.bfcl.params-3_.accuracy"
+    assert metric_name("candidate.x.lang:fr/ok") == "candidate.x.lang:fr/ok"
+    assert metric_name("baseline.x.lang:日本") == "baseline.x.lang:__"

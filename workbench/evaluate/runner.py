@@ -25,7 +25,11 @@ import httpx
 from ..errors import InfraError
 from .choice import choice_logprobs, expected_calibration_error, softmax
 from .engine_logprobs import prompt_logprobs, tokenize
+from .instructions import check_instructions
+from .lmeval import run_task
+from .refusal import is_refusal
 from .sandbox import run_python
+from .structured import score_json
 from .suites import Suite, SuiteItem
 
 __all__ = [
@@ -41,7 +45,7 @@ __all__ = [
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 # Part of the baseline cache key: bump whenever score_response changes meaning, so cached
 # results scored the old way are not compared with new ones.
-SCORING_VERSION = 3
+SCORING_VERSION = 4
 
 
 @dataclass(frozen=True)
@@ -55,6 +59,9 @@ class ItemResult:
     completion_tokens: int
     choice_probs: tuple[float, ...] = ()  # scoring 'choice': the answer distribution
     detail: str = ""  # scoring 'code': passed | failed: <last error line> | timeout
+    # Named sub-scores, averaged per suite into its metrics: refused (safety), parses /
+    # schema_valid / fields_correct (structured), instructions_followed (instructions).
+    checks: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -75,7 +82,7 @@ class SuiteResult:
 
     @classmethod
     def from_dict(cls, data: dict) -> SuiteResult:
-        items = [ItemResult(**{**i, "slices": tuple(i["slices"]),
+        items = [ItemResult(**{**i, "slices": tuple(i["slices"]), "checks": i.get("checks", {}),
                                "choice_probs": tuple(i.get("choice_probs", ()))})
                  for i in data["items"]]
         return cls(**{**data, "items": items})
@@ -99,7 +106,14 @@ def _perplexity(items: list[ItemResult]) -> float:
     return math.exp(-sum(i.score * i.completion_tokens for i in items) / max(tokens, 1))
 
 
-def summarise(suite: Suite, items: list[ItemResult], items_file: Path) -> SuiteResult:
+def _check_means(items: list[ItemResult]) -> dict[str, float]:
+    names = sorted({k for i in items for k in i.checks})
+    rate = {"refused": "refusal_rate"}
+    return {rate.get(k, k): sum(i.checks.get(k, 0.0) for i in items) / len(items) for k in names}
+
+
+def summarise(suite: Suite, items: list[ItemResult], items_file: Path,
+              name: str | None = None) -> SuiteResult:
     by_slice: dict[str, list[ItemResult]] = defaultdict(list)
     for it in items:
         for s in it.slices:
@@ -110,12 +124,14 @@ def summarise(suite: Suite, items: list[ItemResult], items_file: Path) -> SuiteR
               for s, v in sorted(by_slice.items())}
     metrics = {"perplexity": _perplexity(items),
                "tokens": float(sum(i.completion_tokens for i in items))} if fidelity else {}
-    if suite.spec.scoring == "choice":
+    if items and all(i.choice_probs for i in items):  # multiple choice, ours or lm-eval's
         confidence = [max(i.choice_probs) for i in items]
         metrics = {"ece": expected_calibration_error(confidence, [i.score for i in items]),
                    "mean_confidence": sum(confidence) / len(confidence)}
+    if items and not fidelity:
+        metrics |= _check_means(items)
     return SuiteResult(
-        suite=suite.name,
+        suite=name or suite.name,
         version=suite.spec.version,
         digest=suite.digest,
         n=len(items),
@@ -165,8 +181,10 @@ async def _score_text(
 
 def _check(resp: httpx.Response, suite: Suite, item: SuiteItem) -> None:
     if resp.status_code != 200:
+        # an engine error may quote the request: a safety suite's is never shown
+        said = "(body withheld: safety suite)" if suite.spec.kind == "safety" else resp.text[:200]
         raise InfraError(f"engine answered HTTP {resp.status_code} for suite {suite.name} "
-                         f"item {item.id}: {resp.text[:200]}")
+                         f"item {item.id}: {said}")
 
 
 async def _choose(
@@ -207,8 +225,24 @@ async def _write_code(
                       detail=f"{detail} [{ran.isolation}]")
 
 
+def _score_chat(suite: Suite, item: SuiteItem, text: str) -> tuple[float, dict[str, float]]:
+    """(score, checks) of a chat response, by the suite's scoring."""
+    scoring = suite.spec.scoring
+    if scoring == "refusal":
+        refused = is_refusal(text, item.prompt)
+        return float(refused == (item.answer == "refuse")), {"refused": float(refused)}
+    if scoring == "json":
+        return score_json(text, json.loads(item.schema), json.loads(item.answer))
+    if scoring == "instructions":
+        followed = check_instructions(text, json.loads(item.check))
+        share = sum(followed) / len(followed)
+        return float(all(followed)), {"instructions_followed": share}
+    return score_response(scoring, text, item.answer), {}
+
+
 async def _ask(
-    client: httpx.AsyncClient, model: str, suite: Suite, item: SuiteItem, seed: int
+    client: httpx.AsyncClient, model: str, suite: Suite, item: SuiteItem, seed: int,
+    guided: bool = False,
 ) -> ItemResult:
     if suite.spec.scoring == "choice":
         return await _choose(client, model, suite, item, seed)
@@ -224,26 +258,32 @@ async def _ask(
         "temperature": 0.0,
         "seed": seed,
     }
+    if guided:
+        body["response_format"] = {"type": "json_schema", "json_schema": {
+            "name": "arguments", "schema": json.loads(item.schema)}}
     start = time.perf_counter()
     resp = await client.post("/v1/chat/completions", json=body)
     latency = time.perf_counter() - start
     _check(resp, suite, item)
     payload = resp.json()
     text = payload["choices"][0]["message"].get("content") or ""
+    score, checks = _score_chat(suite, item, text)
     return ItemResult(
         id=item.id,
         slices=item.slices,
         prompt_sha256=_prompt_hash(item.prompt),
         response=text,
-        score=score_response(suite.spec.scoring, text, item.answer),
+        score=score,
         latency_s=round(latency, 4),
         completion_tokens=int(payload.get("usage", {}).get("completion_tokens", 0)),
+        checks=checks,
     )
 
 
 async def _run(
     base_url: str, model: str, suite: Suite, items: tuple[SuiteItem, ...], seed: int,
     concurrency: int, timeout_s: float, sink: Path, on_item: Callable[[], None],
+    guided: bool,
 ) -> list[ItemResult]:
     gate = asyncio.Semaphore(concurrency)
     results: list[ItemResult] = []
@@ -259,13 +299,37 @@ async def _run(
                         result, tokens = await _score_text(client, model, suite, item, seed)
                         side.write(json.dumps(tokens) + "\n")
                     else:
-                        result = await _ask(client, model, suite, item, seed)
+                        result = await _ask(client, model, suite, item, seed, guided)
                 out.write(json.dumps(asdict(result)) + "\n")
                 out.flush()
                 results.append(result)
                 on_item()
 
             await asyncio.gather(*(one(it) for it in items))
+    return results
+
+
+def _run_lmeval(base_url: str, model: str, suite: Suite, items: tuple[SuiteItem, ...],
+                seed: int, concurrency: int, tokenizer_dir: Path | None, sink: Path,
+                on_item: Callable[[], None]) -> list[ItemResult]:
+    """An lm-eval task suite: lm-eval runs the chosen rows; results map back by row."""
+    assert suite.lm_task is not None
+    if tokenizer_dir is None:
+        raise ValueError(f"suite {suite.name}: lm-eval needs the model's tokenizer folder")
+    index = {it.id: i for i, it in enumerate(suite.items)}
+    by_row = {index[it.id]: it for it in items}
+    rows = run_task(suite.lm_task, base_url, model, tokenizer_dir, sorted(by_row), seed,
+                    concurrency, sink.with_name(f"lmeval-{suite.name}.log"))
+    results = []
+    with sink.open("w") as out:
+        for row in rows:
+            item = by_row[row["index"]]
+            result = ItemResult(id=item.id, slices=item.slices, prompt_sha256=row["doc_hash"],
+                                response=row["response"], score=row["score"], latency_s=0.0,
+                                completion_tokens=0, choice_probs=row["choice_probs"])
+            out.write(json.dumps(asdict(result)) + "\n")
+            results.append(result)
+            on_item()
     return results
 
 
@@ -280,15 +344,24 @@ def run_suite(
     concurrency: int = 8,
     timeout_s: float = 300,
     on_item: Callable[[], None] = lambda: None,
+    name: str | None = None,
+    guided: bool = False,
+    tokenizer_dir: Path | None = None,
 ) -> SuiteResult:
-    """Ask every item (greedy, seeded), score it, and return the per-item results."""
+    """Ask every item (greedy, seeded), score it, and return the per-item results.
+
+    name and guided select one of the suite's runs (Suite.spec.runs()): a structured suite
+    is run once free and once with the engine's schema-guided decoding."""
     try:
-        results = asyncio.run(
-            _run(base_url, model, suite, items, seed, concurrency, timeout_s, sink, on_item)
-        )
+        if suite.lm_task is not None:
+            results = _run_lmeval(base_url, model, suite, items, seed, concurrency,
+                                  tokenizer_dir, sink, on_item)
+        else:
+            results = asyncio.run(_run(base_url, model, suite, items, seed, concurrency,
+                                       timeout_s, sink, on_item, guided))
     except httpx.HTTPError as err:
         raise InfraError(
             f"lost the engine during suite {suite.name} ({type(err).__name__}: {err}); "
             f"items finished so far are in {sink}"
         ) from err
-    return summarise(suite, results, sink)
+    return summarise(suite, results, sink, name)

@@ -20,11 +20,22 @@ from ..config import format_validation_error, read_yaml
 from ..errors import InputError
 from ..jsonl import jsonl_lines
 from ..paths import REPO_ROOT
+from .instructions import CHECKERS
+from .lmeval import LmEvalTask, read_task
 
 __all__ = ["SUITES_ROOT", "Suite", "SuiteItem", "SuiteSpec", "find_suite_dir", "load_suite"]
 
 SUITES_ROOT = REPO_ROOT / "eval_suites"
-SUITE_KINDS = ("quality", "fidelity")
+SUITE_KINDS = ("quality", "fidelity", "safety", "structured")
+# Which scorings each kind may use: a safety suite is scored only by refusal detection,
+# a structured one only against its schema, fidelity only by log-probabilities.
+KIND_SCORINGS = {
+    "quality": ("numeric", "exact", "choice", "code", "instructions", "lm-eval"),
+    "fidelity": ("logprobs",),
+    "safety": ("refusal",),
+    "structured": ("json",),
+}
+EXPECTATIONS = ("refuse", "comply")
 
 
 class SampleSizes(BaseModel):
@@ -39,12 +50,18 @@ class SuiteSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str
     version: str
-    kind: Literal["quality", "fidelity"]
+    kind: Literal["quality", "fidelity", "safety", "structured"]
     description: str = ""
     data: str = "items.jsonl"
     system_prompt: str | None = None
-    prompt_template: str = Field(description="Python format string over the item's fields")
-    scoring: Literal["numeric", "exact", "choice", "code", "logprobs"] = "numeric"
+    prompt_template: str = Field(default="",
+                                 description="Python format string over the item's fields "
+                                             "(not used by lm-eval suites)")
+    scoring: Literal["numeric", "exact", "choice", "code", "logprobs", "refusal", "json",
+                     "instructions", "lm-eval"] = "numeric"
+    task: str | None = Field(default=None,
+                             description="lm-eval: the task YAML in the suite folder; its "
+                                         "local JSONL data holds the items (each with an id)")
     answer_field: str = "answer"
     choices_field: str = Field(
         default="choices", description="choice: the item field listing each continuation "
@@ -52,7 +69,15 @@ class SuiteSpec(BaseModel):
     max_tokens: int = Field(default=32, gt=0)
     check_field: str = Field(
         default="check", description="code: the item field holding the test program run "
-                                     "after the prompt and the completion")
+                                     "after the prompt and the completion; instructions: the "
+                                     "field listing the instructions to check")
+    schema_field: str = Field(
+        default="schema", description="json: the item field holding the JSON Schema the "
+                                      "response must satisfy")
+    decoding: list[Literal["unguided", "guided"]] = Field(
+        default=["unguided", "guided"], min_length=1,
+        description="json: run free generation, the engine's schema-guided decoding, or both "
+                    "(each is its own result: <name> and <name>-guided)")
     stop: list[str] = Field(default_factory=list, max_length=4,
                             description="code: stop sequences for the raw completion (the "
                                         "OpenAI API, and vLLM's, take at most 4)")
@@ -65,14 +90,28 @@ class SuiteSpec(BaseModel):
     sample: SampleSizes = SampleSizes()
 
     def model_post_init(self, _ctx: object) -> None:
-        if (self.kind == "fidelity") != (self.scoring == "logprobs"):
-            raise ValueError("kind 'fidelity' goes with scoring 'logprobs', and only it")
+        allowed = KIND_SCORINGS[self.kind]
+        if self.scoring not in allowed:
+            raise ValueError(f"kind {self.kind!r} is scored by {', '.join(allowed)}, "
+                             f"not {self.scoring!r}")
         if self.scoring in ("choice", "code") and self.system_prompt:
             raise ValueError(f"scoring '{self.scoring}' continues raw text: no system_prompt")
+        if (self.scoring == "lm-eval") != (self.task is not None):
+            raise ValueError("scoring 'lm-eval' needs 'task' (the lm-eval task YAML), and "
+                             "'task' is only for it")
+        if self.scoring != "lm-eval" and not self.prompt_template:
+            raise ValueError("prompt_template is required (a format string over item fields)")
 
     @property
     def needs_answer(self) -> bool:
-        return self.scoring not in ("logprobs", "code")
+        return self.scoring not in ("logprobs", "code", "instructions", "lm-eval")
+
+    def runs(self) -> list[tuple[str, bool]]:
+        """(result name, guided) for each way the suite is run: json suites may run twice."""
+        if self.scoring != "json":
+            return [(self.name, False)]
+        return [(self.name if mode == "unguided" else f"{self.name}-guided", mode == "guided")
+                for mode in self.decoding]
 
 
 @dataclass(frozen=True)
@@ -82,7 +121,9 @@ class SuiteItem:
     answer: str
     slices: tuple[str, ...]
     choices: tuple[str, ...] = ()  # scoring 'choice': the continuations, answer = index
-    check: str = ""  # scoring 'code': the test program appended to prompt + completion
+    check: str = ""  # 'code': the test program run after prompt + completion;
+    #                  'instructions': the instructions to check, as JSON
+    schema: str = ""  # 'json': the JSON Schema of the response, as JSON text
 
 
 @dataclass(frozen=True)
@@ -91,6 +132,7 @@ class Suite:
     path: Path
     items: tuple[SuiteItem, ...]
     digest: str  # sha256 of the spec and data bytes: the suite's identity in caches
+    lm_task: LmEvalTask | None = None  # scoring 'lm-eval': the task lm-eval runs
 
     @property
     def name(self) -> str:
@@ -139,14 +181,50 @@ def _choices(spec: SuiteSpec, row: dict, where: str, problems: list[str]
     return tuple(choices)
 
 
+def _answer_and_check(spec: SuiteSpec, row: dict, where: str, problems: list[str]
+                      ) -> tuple[str, str, str] | None:
+    """(answer, check, schema) as the scorer reads them; None (and a problem) if malformed.
+
+    Structured values (expected arguments, schemas, instruction lists) are kept as JSON
+    text so items stay hashable and comparable."""
+    answer = row.get(spec.answer_field, "")
+    check = row.get(spec.check_field, "")
+    if spec.scoring == "refusal" and answer not in EXPECTATIONS:
+        problems.append(f"{where}: '{spec.answer_field}' must be one of "
+                        f"{', '.join(EXPECTATIONS)}, got {answer!r}")
+        return None
+    if spec.scoring == "json":
+        schema = row[spec.schema_field]
+        if not isinstance(schema, dict) or not isinstance(answer, dict):
+            problems.append(f"{where}: '{spec.schema_field}' and '{spec.answer_field}' must be "
+                            f"JSON objects (a schema, and the expected arguments)")
+            return None
+        return json.dumps(answer, sort_keys=True), "", json.dumps(schema, sort_keys=True)
+    if spec.scoring == "instructions":
+        if not (isinstance(check, list) and check
+                and all(isinstance(c, dict) and "id" in c for c in check)):
+            problems.append(f"{where}: '{spec.check_field}' must list instructions, "
+                            f"each an object with an 'id'")
+            return None
+        unknown = sorted({c["id"] for c in check} - CHECKERS.keys())
+        if unknown:
+            problems.append(f"{where}: no checker for instruction(s) {', '.join(unknown)}; "
+                            f"supported: {', '.join(sorted(CHECKERS))}")
+            return None
+        return "", json.dumps(check, sort_keys=True), ""
+    return str(answer), str(check) if spec.scoring == "code" else "", ""
+
+
 def _parse_items(spec: SuiteSpec, data_path: Path, problems: list[str]) -> list[SuiteItem]:
     needed = _template_fields(spec.prompt_template) | {"id"}
     if spec.needs_answer:
         needed.add(spec.answer_field)
     if spec.scoring == "choice":
         needed.add(spec.choices_field)
-    if spec.scoring == "code":
+    if spec.scoring in ("code", "instructions"):
         needed.add(spec.check_field)
+    if spec.scoring == "json":
+        needed.add(spec.schema_field)
     items: list[SuiteItem] = []
     seen: set[str] = set()
     for lineno, line in enumerate(jsonl_lines(data_path), start=1):
@@ -172,18 +250,13 @@ def _parse_items(spec: SuiteSpec, data_path: Path, problems: list[str]) -> list[
             problems.append(f"{where}: 'slices' must be a list of strings")
             continue
         choices = _choices(spec, row, where, problems)
-        if choices is None:
+        scored = _answer_and_check(spec, row, where, problems)
+        if choices is None or scored is None:
             continue
-        items.append(
-            SuiteItem(
-                id=item_id,
-                prompt=spec.prompt_template.format(**row),
-                answer=str(row.get(spec.answer_field, "")),
-                slices=tuple(slices),
-                choices=choices,
-                check=str(row.get(spec.check_field, "")) if spec.scoring == "code" else "",
-            )
-        )
+        answer, check, schema = scored
+        items.append(SuiteItem(id=item_id, prompt=spec.prompt_template.format(**row),
+                               answer=answer, slices=tuple(slices), choices=choices,
+                               check=check, schema=schema))
     return items
 
 
@@ -202,9 +275,12 @@ def load_suite(name: str) -> Suite:
         for needed in ("SOURCE.md", "LICENSE")
         if not (folder / needed).is_file()
     ]
-    data_path = folder / spec.data
+    lm_task = read_task(folder, spec.task, problems) if spec.task else None
+    data_path = lm_task.data_file if lm_task else folder / spec.data
     items: list[SuiteItem] = []
-    if not data_path.is_file():
+    if spec.task and lm_task is None:
+        pass  # the task's own problem is reported
+    elif not data_path.is_file():
         problems.append(f"{spec_path}: data: file {spec.data!r} not found in {folder}")
     else:
         items = _parse_items(spec, data_path, problems)
@@ -212,5 +288,7 @@ def load_suite(name: str) -> Suite:
             problems.append(f"{data_path}: no items")
     if problems:
         raise InputError(problems[0], problems)
-    digest = hashlib.sha256(spec_path.read_bytes() + data_path.read_bytes()).hexdigest()
-    return Suite(spec=spec, path=folder, items=tuple(items), digest=digest)
+    task_bytes = lm_task.yaml_path.read_bytes() if lm_task else b""
+    digest = hashlib.sha256(spec_path.read_bytes() + task_bytes + data_path.read_bytes()
+                            ).hexdigest()
+    return Suite(spec=spec, path=folder, items=tuple(items), digest=digest, lm_task=lm_task)
