@@ -27,7 +27,8 @@ from .paths import cache_root
 from .record import write_json
 from .serve import EngineServer, ServerInfo, parse_cache_info
 
-__all__ = ["MEASUREMENT_FILE", "Measurement", "baseline_key", "cached_measurement", "measure"]
+__all__ = ["MEASUREMENT_FILE", "SAMPLING", "Measurement", "baseline_key", "cached_measurement",
+           "measure"]
 
 MEASUREMENT_FILE = "measurement.json"
 SAMPLING = {"temperature": 0.0, "api": "chat.completions"}

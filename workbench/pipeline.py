@@ -25,6 +25,7 @@ from .evaluate.runner import SuiteResult
 from .evaluate.suites import Suite, load_suite
 from .gates import GatePolicy, load_gate_policy
 from .measure import (
+    SAMPLING,
     Measurement,
     baseline_key,
     cached_measurement,
@@ -133,6 +134,14 @@ def _candidate_stage(p: Plan, q: QuantizeResult, run_dir: Path, device: str,
                    console, device)
 
 
+def _sampling(p: Plan) -> dict:
+    """How every suite was decoded: the settings a rerun must repeat."""
+    return {**SAMPLING, "seed": p.cfg.seed, "profile": p.cfg.profile,
+            "max_tokens": {s.name: s.spec.max_tokens for s in p.suites
+                           if s.spec.scoring not in ("choice", "logprobs", "lm-eval")},
+            "guided_decoding": "response_format json_schema (xgrammar, no free whitespace)"}
+
+
 def _flips(base: SuiteResult, cand: SuiteResult) -> dict[str, int]:
     """Items whose correctness changed, paired by id (scores of 0 or 1 only)."""
     b = {i.id: i.score for i in base.items}
@@ -230,6 +239,7 @@ def build_record(p: Plan, q: QuantizeResult, base: Measurement, cand: Measuremen
                       "serve_args": q.serve_args},
         data_digests={s.name: s.digest for s in p.suites},
         seeds={"run": p.cfg.seed, "load": p.cfg.load.seed, "calibration": p.cfg.calibration.seed},
+        sampling=_sampling(p),
         library_versions={"engine": p.engine_version,
                           **q.manifest.get("library_versions", {})},
         run_dir=str(run_dir),

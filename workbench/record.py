@@ -33,6 +33,7 @@ class DecisionRecord:
     run_dir: str
     created_at: str
     fidelity: dict = field(default_factory=dict)  # suite -> FidelityResult dict
+    sampling: dict = field(default_factory=dict)  # decoding settings every suite used
     reused: dict = field(default_factory=dict)  # what came from caches
     mlflow: dict = field(default_factory=dict)
     schema_version: int = SCHEMA_VERSION
@@ -140,6 +141,9 @@ def render_markdown(rec: DecisionRecord) -> str:
     reused = [k.replace("_", " ") for k, v in rec.reused.items() if v]
     if reused:
         lines += ["", "Reused from cache: " + ", ".join(reused) + "."]
+    if rec.sampling:
+        lines += ["", f"Decoding: temperature {rec.sampling.get('temperature')}, seed "
+                  f"{rec.sampling.get('seed')}, profile {rec.sampling.get('profile')}."]
     lines += ["", f"Latency figures hold for the device they were measured on "
               f"({rec.device['kind']}) only."]
     return "\n".join(lines) + "\n"

@@ -74,6 +74,7 @@ def test_quantise_serve_evaluate_gate_record(tiny_config: Path, tmp_path: Path, 
     assert record["decision"] in ("promote", "reject", "inconclusive")
     assert record["exit_code"] == first.returncode
     assert (record_file.parent / "decision.md").read_text().startswith("# Decision")
+    assert record["sampling"]["temperature"] == 0.0 and record["sampling"]["seed"] == 0
     gates = {g["gate"]: g for g in record["gates"]}
     assert "quality:arithmetic" in gates
     expected = {"latency:tpot_p50_ms:max_ratio@c1", "latency:output_throughput:min_ratio@c4"}
