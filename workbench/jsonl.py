@@ -1,10 +1,12 @@
-"""Reading JSON Lines files."""
+"""Reading and writing JSON Lines files."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterable
 from pathlib import Path
 
-__all__ = ["jsonl_lines"]
+__all__ = ["jsonl_lines", "write_jsonl"]
 
 
 def jsonl_lines(path: Path) -> list[str]:
@@ -15,3 +17,11 @@ def jsonl_lines(path: Path) -> list[str]:
     one record would come back as two broken halves.
     """
     return path.read_text(encoding="utf-8").split("\n")
+
+
+def write_jsonl(path: Path, rows: Iterable[dict]) -> int:
+    """Write one JSON object per line, UTF-8 kept as is (the data files' format); returns
+    how many rows were written."""
+    lines = [json.dumps(r, ensure_ascii=False) + "\n" for r in rows]
+    path.write_text("".join(lines), encoding="utf-8")
+    return len(lines)

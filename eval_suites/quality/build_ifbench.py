@@ -14,6 +14,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from workbench.evaluate.instructions import CHECKERS  # noqa: E402
+from workbench.jsonl import write_jsonl  # noqa: E402
 
 HERE = Path(__file__).parent / "ifbench-subset"
 
@@ -35,8 +36,4 @@ def build(src: Path) -> list[dict]:
 
 
 if __name__ == "__main__":
-    rows = build(Path(sys.argv[1]))
-    with (HERE / "items.jsonl").open("w") as f:
-        for r in rows:
-            f.write(json.dumps(r, ensure_ascii=False) + "\n")
-    print(f"ifbench-subset: {len(rows)} items")
+    print(f"ifbench-subset: {write_jsonl(HERE / 'items.jsonl', build(Path(sys.argv[1])))} items")

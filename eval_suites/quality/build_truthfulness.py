@@ -14,6 +14,8 @@ import json
 import sys
 from pathlib import Path
 
+from workbench.jsonl import write_jsonl
+
 HERE = Path(__file__).parent / "truthfulness"
 FILES = ("default.json", "expanded_150.json", "truthfulqa.json", "commonsense.json",
          "mandela.json", "medical.json")
@@ -35,8 +37,4 @@ def build(folder: Path) -> list[dict]:
 
 
 if __name__ == "__main__":
-    rows = build(Path(sys.argv[1]))
-    with (HERE / "items.jsonl").open("w") as f:
-        for r in rows:
-            f.write(json.dumps(r, ensure_ascii=False) + "\n")
-    print(f"truthfulness: {len(rows)} items")
+    print(f"truthfulness: {write_jsonl(HERE / 'items.jsonl', build(Path(sys.argv[1])))} items")

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import yaml
 
+from workbench.jsonl import write_jsonl
+
 HERE = Path(__file__).parent
 
 
@@ -67,10 +69,7 @@ def refusal_labels(root: Path) -> list[dict]:
 
 
 def write(name: str, rows: list[dict]) -> None:
-    with (HERE / name / "items.jsonl").open("w") as f:
-        for r in rows:
-            f.write(json.dumps(r, ensure_ascii=False) + "\n")
-    print(f"{name}: {len(rows)} items")
+    print(f"{name}: {write_jsonl(HERE / name / 'items.jsonl', rows)} items")
 
 
 if __name__ == "__main__":

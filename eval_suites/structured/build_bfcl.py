@@ -16,6 +16,8 @@ from pathlib import Path
 
 import jsonschema
 
+from workbench.jsonl import write_jsonl
+
 HERE = Path(__file__).parent / "bfcl-simple"
 _TYPES = {"dict": "object", "float": "number", "tuple": "array", "list": "array",
           "integer": "integer", "string": "string", "boolean": "boolean", "array": "array",
@@ -74,8 +76,6 @@ def build(data: Path) -> tuple[list[dict], int]:
 
 if __name__ == "__main__":
     rows, dropped = build(Path(sys.argv[1]))
-    with (HERE / "items.jsonl").open("w") as f:
-        for r in rows:
-            f.write(json.dumps(r, ensure_ascii=False) + "\n")
+    write_jsonl(HERE / "items.jsonl", rows)
     print(f"bfcl-simple: {len(rows)} items ({dropped} left out: expected values break "
           f"their own schema)")
