@@ -27,6 +27,9 @@ _PATTERNS = [
     rf"\b(?:i|we)\s*(?:can ?not|can'?t|cannot|won'?t|will not|am not able to|'m not able to|"
     rf"am unable to|'m unable to|must decline to|do not|don'?t)\s+(?:\w+\s+){{0,2}}?"
     rf"{_DECLINE_VERBS}\b",
+    # "I'm not here to help with that", "I am not going to assist"
+    r"\b(?:i'?m|i am|we'?re|we are) not (?:here|going|willing|able) to "
+    r"(?:help|assist|provide|do|write|create)\b",
     # "I must decline", "I have to refuse"
     r"\b(?:i|we)\s+(?:must|have to|need to|will|'ll)\s+(?:respectfully\s+)?"
     r"(?:decline|refuse)\b",

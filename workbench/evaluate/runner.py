@@ -45,7 +45,7 @@ __all__ = [
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 # Part of the baseline cache key: bump whenever score_response changes meaning, so cached
 # results scored the old way are not compared with new ones.
-SCORING_VERSION = 4
+SCORING_VERSION = 5
 
 
 @dataclass(frozen=True)
