@@ -1,9 +1,11 @@
 """Run a suite against a served, OpenAI-compatible endpoint and score it item by item.
 
-Why not lm-eval here: its chat backend (local-chat-completions) records neither per-request
-latency nor token counts, and this stage needs both per item. The client is a small
+Why not lm-eval for the workbench's own suites: its chat backend (local-chat-completions)
+records neither per-request latency nor token counts, and this stage needs both per item;
+nor does it score refusals, schemas or instruction checks. The client is a small
 concurrent httpx loop so the engine batches requests; each finished item is appended to a
-JSONL file at once, so a run that dies keeps what it measured.
+JSONL file at once, so a run that dies keeps what it measured. Suites that are lm-eval
+task YAMLs (`scoring: lm-eval`) are run by lm-eval itself (lmeval.py).
 """
 
 from __future__ import annotations
