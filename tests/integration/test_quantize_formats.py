@@ -38,8 +38,8 @@ candidates:
   fp8+kv-fp8: {{recipe: fp8-dynamic+kv-fp8}}
 calibration:
   files: [{repo}/calibration_data/python_stdlib.jsonl, {repo}/calibration_data/multilingual.jsonl]
-  num_samples: 16
-  seq_len: 64
+  num_samples: {num_samples}
+  seq_len: {seq_len}
   seed: {seed}
   heldout: [{repo}/calibration_data/heldout.jsonl]
   heldout_samples: 4
@@ -50,9 +50,11 @@ gates: {repo}/configs/gates/default.yaml
 """
 
 
-def write_config(tmp_path: Path, model: Path, seed: int = 0) -> Path:
+def write_config(tmp_path: Path, model: Path, seed: int = 0, num_samples: int = 16,
+                 seq_len: int = 64) -> Path:
     path = tmp_path / f"formats-{seed}.yaml"
-    path.write_text(CONFIG.format(model=model, repo=REPO, seed=seed))
+    path.write_text(CONFIG.format(model=model, repo=REPO, seed=seed, num_samples=num_samples,
+                                  seq_len=seq_len))
     return path
 
 
@@ -117,7 +119,9 @@ def test_every_format_quantises_loads_and_generates(tiny_model: Path, tmp_path: 
 
 def test_interrupted_quantisation_leaves_nothing_that_looks_complete(
         tiny_model: Path, tmp_path: Path, engine_pids) -> None:
-    config = write_config(tmp_path, tiny_model, seed=7)  # a key no other test builds
+    # a key no other test builds; enough calibration that the build outlasts the signal
+    # (with 16 short samples the tiny model's build can finish before SIGINT arrives)
+    config = write_config(tmp_path, tiny_model, seed=7, num_samples=256, seq_len=256)
     artifacts = cache_root() / "artifacts"
     before = set(artifacts.glob("*")) if artifacts.exists() else set()
     proc = subprocess.Popen(
