@@ -117,6 +117,11 @@ def test_every_format_quantises_loads_and_generates(tiny_model: Path, tmp_path: 
     assert second.stdout.count("reused cached artifact") == len(FORMATS)
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 def test_interrupted_quantisation_leaves_nothing_that_looks_complete(
         tiny_model: Path, tmp_path: Path, engine_pids) -> None:
     # a key no other test builds; enough calibration that the build outlasts the signal
@@ -124,10 +129,14 @@ def test_interrupted_quantisation_leaves_nothing_that_looks_complete(
     config = write_config(tmp_path, tiny_model, seed=7, num_samples=256, seq_len=256)
     artifacts = cache_root() / "artifacts"
     before = set(artifacts.glob("*")) if artifacts.exists() else set()
+    # What the test process had for SIGINT (a handler, a block) would pass to the child and
+    # keep Python there from turning the signal into KeyboardInterrupt: a user's Ctrl-C
+    # comes to a fresh shell's default disposition, so the child gets that.
+    inherited = (signal.getsignal(signal.SIGINT), signal.pthread_sigmask(signal.SIG_BLOCK, []))
     proc = subprocess.Popen(
         [sys.executable, "-m", "workbench.cli", "quantize", "--candidate", "int8", "--config",
          str(config), "--runs-dir", "runs"], cwd=tmp_path, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True)
+        stderr=subprocess.PIPE, text=True, preexec_fn=_default_sigint)
     try:
         deadline = time.time() + 300
         while time.time() < deadline and not list(artifacts.glob("*.partial-*/_job/job.json")):
@@ -136,11 +145,11 @@ def test_interrupted_quantisation_leaves_nothing_that_looks_complete(
         # the tiny model the build itself can take under two, so the signal goes at once
         time.sleep(0.5)
         proc.send_signal(signal.SIGINT)
-        proc.communicate(timeout=120)
+        out, err = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 130
+    assert proc.returncode == 130, (inherited, out[-400:], err[-400:])
     new = set(artifacts.glob("*")) - before
     assert not any((p / "manifest.json").exists() for p in new)
     assert not [p for p in new if ".partial-" in p.name]  # the scratch folder is removed
