@@ -18,9 +18,11 @@ from .paths import REPO_ROOT, default_model_dir
 
 __all__ = [
     "DEFAULT_GROUP_SIZE",
+    "DEFAULT_PRICE_PER_HOUR",
     "GROUPED_RECIPES",
     "KV_CACHE_DTYPES",
     "RECIPES",
+    "SLO",
     "CalibrationConfig",
     "Candidate",
     "EngineConfig",
@@ -143,6 +145,18 @@ class EngineConfig(_Strict):
     extra_args: list[str] = Field(default_factory=list)
 
 
+class SLO(_Strict):
+    """The latency a request must meet to count as served well (goodput, attainment)."""
+
+    ttft_p99_ms: float = Field(gt=0, description="Time to first token, at the 99th percentile")
+    tpot_p99_ms: float = Field(gt=0, description="Time per output token, at the 99th percentile")
+
+
+# Illustrative on-demand prices (USD per device-hour) for the cost figures, not quotes: set
+# load.price_per_hour to what your fleet pays.
+DEFAULT_PRICE_PER_HOUR = {"cpu": 0.10, "cuda": 4.00}
+
+
 class LoadProfile(_Strict):
     concurrency: list[int] = Field(min_length=1, description="Concurrency levels to sweep")
     num_prompts: int = Field(default=16, gt=0, description="Requests per level")
@@ -150,6 +164,11 @@ class LoadProfile(_Strict):
     output_len: int = Field(default=64, gt=0)
     warmup_prompts: int = Field(default=2, ge=0)
     seed: int = 0
+    slo: SLO | None = Field(default=None, description="Per-request latency targets: goodput, "
+                                                       "SLO attainment, max stable concurrency")
+    price_per_hour: float | None = Field(
+        default=None, gt=0, description="Device price (USD/hour) for cost per million output "
+                                        "tokens; default per device kind, illustrative")
 
     @field_validator("concurrency")
     @classmethod

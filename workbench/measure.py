@@ -11,7 +11,7 @@ import functools
 import json
 import shutil
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from rich.console import Console
@@ -19,9 +19,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from .config import RunConfig
 from .digests import sha256_json
+from .engine_metrics import parse_scrape
 from .errors import InfraError
 from .evaluate.runner import SCORING_VERSION, SuiteResult, run_suite
 from .evaluate.suites import Suite
+from .headroom import PeakSampler, headroom
 from .loadtest import LoadResult, run_load_test
 from .paths import cache_root
 from .record import write_json
@@ -41,17 +43,20 @@ class Measurement:
     suites: dict[str, SuiteResult]
     load: LoadResult
     wall_time_s: float
+    headroom: dict = field(default_factory=dict)  # headroom.Headroom as a dict
 
     def to_dict(self) -> dict:
         return {"role": self.role, "server": asdict(self.server),
                 "suites": {k: v.to_dict() for k, v in self.suites.items()},
-                "load": self.load.to_dict(), "wall_time_s": self.wall_time_s}
+                "load": self.load.to_dict(), "wall_time_s": self.wall_time_s,
+                "headroom": self.headroom}
 
     @classmethod
     def from_dict(cls, data: dict) -> Measurement:
         return cls(role=data["role"], server=ServerInfo(**data["server"]),
                    suites={k: SuiteResult.from_dict(v) for k, v in data["suites"].items()},
-                   load=LoadResult.from_dict(data["load"]), wall_time_s=data["wall_time_s"])
+                   load=LoadResult.from_dict(data["load"]), wall_time_s=data["wall_time_s"],
+                   headroom=data.get("headroom", {}))
 
 
 def baseline_key(cfg: RunConfig, model_digest: str, suites: list[Suite], device: str,
@@ -60,7 +65,7 @@ def baseline_key(cfg: RunConfig, model_digest: str, suites: list[Suite], device:
         "model": model_digest, "engine": cfg.engine.model_dump(), "device": device,
         "engine_version": engine_version, "profile": cfg.profile, "seed": cfg.seed,
         "suites": {s.name: s.digest for s in suites}, "sampling": SAMPLING,
-        "load": cfg.load.model_dump(), "scoring": SCORING_VERSION, "format": 1,
+        "load": cfg.load.model_dump(), "scoring": SCORING_VERSION, "format": 2,
     })
 
 
@@ -90,6 +95,10 @@ def _run_suites(cfg: RunConfig, srv: EngineServer, served: str, suites: list[Sui
     return results
 
 
+def _kv_usage(server: EngineServer) -> float:
+    return parse_scrape(server.metrics()).gauges.get("vllm:kv_cache_usage_perc", 0.0)
+
+
 def measure(cfg: RunConfig, role: str, model_dir: Path, served: str, extra_args: list[str],
             suites: list[Suite], tokenizer_dir: Path, out_dir: Path, console: Console,
             device: str) -> Measurement:
@@ -103,20 +112,28 @@ def measure(cfg: RunConfig, role: str, model_dir: Path, served: str, extra_args:
             server.start()
         console.print(f"  [{role}] engine healthy after {server.info.cold_start_s:.1f}s "
                       f"(vLLM {server.info.version}, log {server.log_file})")
-        suite_results = _run_suites(cfg, server, served, suites, out_dir, console, tokenizer_dir)
-        load = run_load_test(
-            server.base_url, served, tokenizer_dir, cfg.load, out_dir / "load",
-            check_engine=server.check_alive,
-            on_level=lambda lv: console.print(
-                f"  [{role}] load c={lv.concurrency}: {lv.output_throughput:.1f} out tok/s, "
-                f"TTFT p50 {lv.ttft_ms['p50']:.0f} ms, TPOT p50 {lv.tpot_ms['p50']:.1f} ms"),
-        )
+        assert server.process is not None
+        with PeakSampler(server.process.pid, functools.partial(_kv_usage, server)) as peaks:
+            suite_results = _run_suites(cfg, server, served, suites, out_dir, console,
+                                        tokenizer_dir)
+            load = run_load_test(
+                server.base_url, served, tokenizer_dir, cfg.load, out_dir / "load",
+                check_engine=server.check_alive, scrape=server.metrics,
+                on_level=lambda lv: console.print(
+                    f"  [{role}] load c={lv.concurrency}: {lv.output_throughput:.1f} out "
+                    f"tok/s, TTFT p50 {lv.ttft_ms['p50']:.0f} ms, TPOT p50 "
+                    f"{lv.tpot_ms['p50']:.1f} ms"),
+            )
         # read after the load, when the engine has reported its final cache figures
-        server.info.cache_info = parse_cache_info(server.metrics()) or server.info.cache_info
+        final = server.metrics()
+        server.info.cache_info = parse_cache_info(final) or server.info.cache_info
+        room = headroom(model_dir, server.info.cache_info,
+                        cfg.load.input_len + cfg.load.output_len, peaks,
+                        int(parse_scrape(final).counters.get("vllm:num_preemptions", 0)))
     finally:
         server.stop()
     result = Measurement(role, server.info, suite_results, load,
-                         round(time.perf_counter() - started, 2))
+                         round(time.perf_counter() - started, 2), room.to_dict())
     write_json(out_dir / MEASUREMENT_FILE, result.to_dict())
     return result
 

@@ -17,13 +17,14 @@ from rich.markup import escape
 from rich.table import Table
 
 from .compare import decide, evaluate_gates
-from .config import RunConfig
+from .config import DEFAULT_PRICE_PER_HOUR, RunConfig
 from .digests import folder_digest
 from .errors import InputError
 from .evaluate.fidelity import compare_fidelity
 from .evaluate.runner import SuiteResult
 from .evaluate.suites import Suite, load_suite
 from .gates import GatePolicy, load_gate_policy
+from .loadtest import LoadResult, cost_figures
 from .measure import (
     SAMPLING,
     Measurement,
@@ -134,6 +135,18 @@ def _candidate_stage(p: Plan, q: QuantizeResult, run_dir: Path, device: str,
                    console, device)
 
 
+def _cost(p: Plan, load: LoadResult) -> dict:
+    """Cost at the highest load level that met the SLO (the highest level, when the
+    workload declares no SLO)."""
+    price = p.cfg.load.price_per_hour or DEFAULT_PRICE_PER_HOUR[p.device]
+    if p.cfg.load.slo is not None:
+        level = load.max_stable_level()
+    else:
+        level = max(load.levels, key=lambda lv: lv.concurrency, default=None)
+    return {**cost_figures(level, price), "price_source": "config" if p.cfg.load.price_per_hour
+            else f"illustrative default for {p.device}"}
+
+
 def _sampling(p: Plan) -> dict:
     """How every suite was decoded: the settings a rerun must repeat."""
     return {**SAMPLING, "seed": p.cfg.seed, "profile": p.cfg.profile,
@@ -179,7 +192,24 @@ def _metrics(rec: DecisionRecord, base: Measurement, cand: Measurement) -> dict[
                 out[f"{prefix}.ttft_{stat}_ms"] = lv.ttft_ms[stat]
                 out[f"{prefix}.tpot_{stat}_ms"] = lv.tpot_ms[stat]
         out[f"{role}.cold_start_s"] = m.server.cold_start_s
+        out[f"{role}.first_token_s"] = m.server.first_token_s
+        stable = m.load.max_stable_level()
+        if stable is not None:
+            out[f"{role}.max_stable_concurrency"] = stable.concurrency
+        for lv in m.load.levels:
+            out.update({f"{role}.c{lv.concurrency}.{k}": float(v) for k, v in lv.slo.items()
+                        if k in ("goodput_rps", "attainment")})
+        out.update({f"{role}.headroom.{k}": float(v) for k, v in m.headroom.items()
+                    if isinstance(v, (int, float))})
+        for lv in m.load.levels:
+            for metric, stats in lv.server.get("latency", {}).items():
+                for stat in ("p50", "p99"):
+                    out[f"{role}.c{lv.concurrency}.server.{metric.removesuffix('_ms')}"
+                        f"_{stat}_ms"] = stats[stat]
     out.update(_quantization_metrics(rec.quantization))
+    for role, c in rec.cost.items():
+        out.update({f"{role}.cost.{k}": float(v) for k, v in c.items()
+                    if k.startswith("usd_") and v is not None})
     for name, f in rec.fidelity.items():
         for k in ("kl_mean", "kl_p95", "top1_agreement"):
             out[f"fidelity.{name}.{k}"] = f[k]
@@ -230,11 +260,16 @@ def build_record(p: Plan, q: QuantizeResult, base: Measurement, cand: Measuremen
         suites=_paired_summaries(base, cand),
         fidelity=fidelity_results(p, run_dir),
         load={"baseline": base.load.to_dict(), "candidate": cand.load.to_dict()},
+        headroom={"baseline": base.headroom, "candidate": cand.headroom},
+        cost={role: _cost(p, m.load) for role, m in (("baseline", base), ("candidate", cand))},
         engine={"version": p.engine_version, "config": p.cfg.engine.model_dump(),
                 "baseline_command": base.server.command,
                 "candidate_command": cand.server.command,
                 "baseline_cache": base.server.cache_info,
-                "candidate_cache": cand.server.cache_info},
+                "candidate_cache": cand.server.cache_info,
+                "cold_start": {role: {"healthy_s": m.server.cold_start_s,
+                                      "first_token_s": m.server.first_token_s}
+                               for role, m in (("baseline", base), ("candidate", cand))}},
         quantization={**q.manifest, "served_format": q.format.to_dict(),
                       "serve_args": q.serve_args},
         data_digests={s.name: s.digest for s in p.suites},

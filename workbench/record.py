@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import os
 import platform
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from .compare import GateOutcome
 from .errors import EXIT_PROMOTE, EXIT_REJECT
@@ -34,6 +36,8 @@ class DecisionRecord:
     created_at: str
     fidelity: dict = field(default_factory=dict)  # suite -> FidelityResult dict
     sampling: dict = field(default_factory=dict)  # decoding settings every suite used
+    headroom: dict = field(default_factory=dict)  # "baseline"/"candidate" -> Headroom dict
+    cost: dict = field(default_factory=dict)  # "baseline"/"candidate" -> loadtest.cost_figures
     reused: dict = field(default_factory=dict)  # what came from caches
     mlflow: dict = field(default_factory=dict)
     schema_version: int = SCHEMA_VERSION
@@ -105,6 +109,64 @@ def _suite_tables(suites: dict) -> list[str]:
     return lines
 
 
+def _slo_lines(rec: DecisionRecord) -> list[str]:
+    """Goodput per level and the cost at the highest level meeting the SLO."""
+    lines = []
+    rows = [(who, lv) for who in ("baseline", "candidate")
+            for lv in rec.load.get(who, {}).get("levels", []) if lv.get("slo")]
+    if rows:
+        slo = rows[0][1]["slo"]
+        lines += ["", f"SLO: TTFT p99 ≤ {slo['ttft_p99_ms']:.0f} ms, TPOT p99 ≤ "
+                  f"{slo['tpot_p99_ms']:.0f} ms.", "",
+                  "| model | concurrency | meets SLO | goodput req/s | attainment |",
+                  "|---|---|---|---|---|"]
+        lines += [f"| {who} | {lv['concurrency']} | {'yes' if lv['slo']['meets_slo'] else 'no'}"
+                  f" | {lv['slo']['goodput_rps']:.3f} | {lv['slo']['attainment']:.2f} |"
+                  for who, lv in rows]
+    for who, c in rec.cost.items():
+        if c.get("concurrency") is None:
+            lines.append(f"\nCost ({who}): no load level met the SLO.")
+            continue
+        lines.append(f"\nCost ({who}, concurrency {c['concurrency']}, "
+                     f"${c['price_per_hour']:.2f}/h, {c.get('price_source', '')}): "
+                     f"${c['usd_per_million_output_tokens']:.2f} per million output tokens"
+                     + (f", ${c['usd_per_good_request']:.5f} per request served within the "
+                        f"SLO." if c.get("usd_per_good_request") else "."))
+    return lines
+
+
+def _pair(stats: dict | None) -> str:
+    return f"{stats['p50']:.1f} / {stats['p95']:.1f}" if stats else "–"
+
+
+_HEADROOM_ROWS: list[tuple[str, str, Callable[[Any], str]]] = [
+    ("weights", "weights_bytes", lambda v: f"{v / 2**20:.0f} MiB"),
+    ("KV cache dtype", "kv_cache_dtype", str),
+    ("KV cache capacity", "kv_cache_tokens", lambda v: f"{v:,} tokens"),
+    ("KV cache blocks × block size", "kv_cache_blocks", str),
+    ("sequences of the workload's length that fit", "max_concurrent_sequences", str),
+    ("peak KV cache usage", "peak_kv_cache_usage", lambda v: f"{100 * v:.1f}%"),
+    ("peak engine memory (RSS, process group)", "peak_engine_rss_bytes",
+     lambda v: f"{v / 2**20:.0f} MiB"),
+    ("peak GPU memory (NVML)", "peak_gpu_memory_bytes", lambda v: f"{v / 2**20:.0f} MiB"),
+    ("preemptions", "preemptions", str),
+]
+
+
+def _headroom_table(room: dict) -> list[str]:
+    base, cand = room.get("baseline") or {}, room.get("candidate") or {}
+    if not base or not cand:
+        return []
+    lines = ["", "## Memory headroom", "", "| | baseline | candidate |", "|---|---|---|"]
+    for label, key, fmt in _HEADROOM_ROWS:
+        b, c = base.get(key), cand.get(key)
+        if key == "kv_cache_blocks":
+            b, c = (f"{x} × {r.get('block_size')}" for x, r in ((b, base), (c, cand)))
+        lines.append(f"| {label} | {fmt(b) if b is not None else '–'} | "
+                     f"{fmt(c) if c is not None else '–'} |")
+    return lines
+
+
 def render_markdown(rec: DecisionRecord) -> str:
     lines = [
         f"# Decision: **{rec.decision.upper()}** — candidate `{rec.candidate}`",
@@ -129,15 +191,27 @@ def render_markdown(rec: DecisionRecord) -> str:
             lines.append(f"| {name} | {f['tokens']} | {f['kl_mean']:.4f} | {f['kl_p95']:.4f} | "
                          f"{f['top1_agreement']:.3f} | {f['baseline_perplexity']:.2f} → "
                          f"{f['candidate_perplexity']:.2f} |")
-    lines += ["", "## Load (client-side, vllm bench serve)", "",
-              "| model | concurrency | out tok/s | TTFT p50/p95 ms | TPOT p50/p95 ms |",
-              "|---|---|---|---|---|"]
+    lines += ["", "## Load", "",
+              "Client-side: vllm bench serve over HTTP streaming. Server-side: the engine's "
+              "/metrics histograms over the same level (bucketed).", "",
+              "| model | concurrency | out tok/s | TTFT p50/p95 ms | TPOT p50/p95 ms | "
+              "server TTFT p50/p95 ms | server TPOT p50/p95 ms |",
+              "|---|---|---|---|---|---|---|"]
     for who in ("baseline", "candidate"):
         for lv in rec.load.get(who, {}).get("levels", []):
+            server = lv.get("server", {}).get("latency", {})
             lines.append(
                 f"| {who} | {lv['concurrency']} | {lv['output_throughput']:.1f} | "
                 f"{lv['ttft_ms']['p50']:.1f} / {lv['ttft_ms']['p95']:.1f} | "
-                f"{lv['tpot_ms']['p50']:.1f} / {lv['tpot_ms']['p95']:.1f} |")
+                f"{lv['tpot_ms']['p50']:.1f} / {lv['tpot_ms']['p95']:.1f} | "
+                f"{_pair(server.get('ttft_ms'))} | {_pair(server.get('tpot_ms'))} |")
+    starts = rec.engine.get("cold_start", {})
+    if starts:
+        lines += ["", "Cold start (process start → healthy / → first token): " + "; ".join(
+            f"{who} {c['healthy_s']:.1f} s / {c['first_token_s']:.1f} s"
+            for who, c in starts.items()) + "."]
+    lines += _slo_lines(rec)
+    lines += _headroom_table(rec.headroom)
     reused = [k.replace("_", " ") for k, v in rec.reused.items() if v]
     if reused:
         lines += ["", "Reused from cache: " + ", ".join(reused) + "."]

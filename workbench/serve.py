@@ -62,10 +62,11 @@ class ServerInfo:
     served_name: str
     device: str
     command: list[str]
-    cold_start_s: float
+    cold_start_s: float  # process start -> /health answers
     log_file: str
     version: str = ""
     cache_info: dict[str, str] = field(default_factory=dict)
+    first_token_s: float = 0.0  # process start -> the first generated token received
 
 
 def engine_command(
@@ -138,6 +139,8 @@ class EngineServer:
             )
         self._wait_healthy(started)
         self.info.cold_start_s = round(time.perf_counter() - started, 2)
+        self._first_token()
+        self.info.first_token_s = round(time.perf_counter() - started, 2)
         self.info.version = self._get("/version").json().get("version", "")
         self.info.cache_info = parse_cache_info(self.metrics())
         return self.info
@@ -160,6 +163,17 @@ class EngineServer:
             f"engine not healthy after {self.engine.startup_timeout_s:.0f}s "
             f"(engine.startup_timeout_s; log: {self.log_file})"
         )
+
+    def _first_token(self) -> None:
+        """One one-token completion: healthy is not yet serving (the first request may
+        still compile or warm up), and a user waits for this one."""
+        try:
+            httpx.post(self.base_url + "/v1/completions", timeout=self.engine.request_timeout_s,
+                       json={"model": self.info.served_name, "prompt": "Hello", "max_tokens": 1,
+                             "temperature": 0.0}).raise_for_status()
+        except httpx.HTTPError as err:
+            raise InfraError(f"engine healthy but its first request failed: {err} "
+                             f"(log: {self.log_file})") from err
 
     def _get(self, path: str) -> httpx.Response:
         try:

@@ -29,7 +29,8 @@ engine: {{max_model_len: 512, enforce_eager: true, kv_cache_space_gib: 1, startu
 suites: [arithmetic, commonsenseqa, humaneval, heldout-text, advbench, bfcl-simple,
          ifbench-subset, openbookqa-lmeval]
 profile: smoke
-load: {{concurrency: [1, 4], num_prompts: 8, input_len: 32, output_len: 16, warmup_prompts: 1}}
+load: {{concurrency: [1, 4], num_prompts: 8, input_len: 32, output_len: 16, warmup_prompts: 1,
+       slo: {{ttft_p99_ms: 60000, tpot_p99_ms: 60000}}}}
 gates: gates.yaml
 tracking: {{experiment: integration}}
 """
@@ -89,6 +90,7 @@ def test_quantise_serve_evaluate_gate_record(tiny_config: Path, tmp_path: Path, 
         levels = record["load"][role]["levels"]
         assert [lv["concurrency"] for lv in levels] == [1, 4]
         assert all(lv["output_throughput"] > 0 and lv["ttft_ms"]["p50"] > 0 for lv in levels)
+        check_load_and_headroom(record, role)
     assert int(record["engine"]["baseline_cache"]["kv_cache_size_tokens"]) > 0
     # multiple choice by log-likelihood, with the answer distribution's calibration
     mc = record["suites"]["commonsenseqa"]
@@ -138,6 +140,25 @@ def test_quantise_serve_evaluate_gate_record(tiny_config: Path, tmp_path: Path, 
     assert again["reused"] == {"quantized_artifact": True, "baseline_results": True}
     assert again["suites"]["arithmetic"]["baseline"] == record["suites"]["arithmetic"]["baseline"]
     assert engine_pids("vllm.entrypoints.openai.api_server") == []
+
+
+def check_load_and_headroom(record: dict, role: str) -> None:
+    """Server-side figures beside the client's, SLO goodput, cost and memory headroom."""
+    for lv in record["load"][role]["levels"]:
+        server = lv["server"]["latency"]
+        # the engine saw every request the client sent, warm-ups included
+        assert server["ttft_ms"]["count"] >= 8 and server["e2el_ms"]["p50"] > 0
+        assert lv["slo"]["meets_slo"] is True and lv["slo"]["attainment"] == 1.0
+        assert lv["slo"]["goodput_rps"] == pytest.approx(lv["request_throughput"], rel=0.05)
+    start = record["engine"]["cold_start"][role]
+    assert 0 < start["healthy_s"] <= start["first_token_s"]
+    cost = record["cost"][role]
+    assert cost["concurrency"] == 4 and cost["usd_per_million_output_tokens"] > 0
+    room = record["headroom"][role]
+    assert room["kv_cache_tokens"] > 0 and room["weights_bytes"] > 0
+    assert room["max_concurrent_sequences"] == room["kv_cache_blocks"] // -(-48 // room[
+        "block_size"])  # whole blocks for 32 + 16 tokens
+    assert room["peak_engine_rss_bytes"] > 100 * 2**20 and 0 < room["peak_kv_cache_usage"] <= 1
 
 
 def check_safety_structured_and_lmeval(record: dict, run_dir: Path, console: str) -> None:

@@ -82,3 +82,35 @@ def test_metric_names_are_made_acceptable_to_mlflow() -> None:
     assert metric_name("baseline.bfcl.params-3+.accuracy") == "baseline.bfcl.params-3_.accuracy"
     assert metric_name("candidate.x.lang:fr/ok") == "candidate.x.lang:fr/ok"
     assert metric_name("baseline.x.lang:日本") == "baseline.x.lang:__"
+
+
+def test_load_section_shows_both_boundaries_slo_cost_and_headroom(tmp_path: Path) -> None:
+    rec = record("promote")
+    stats = {"p50": 100.0, "p95": 150.0, "p99": 160.0, "count": 10}
+    for who in ("baseline", "candidate"):
+        lv = dict(rec.load[who]["levels"][0])  # the fixture shares one level dict
+        rec.load[who] = {"levels": [lv]}
+        lv["server"] = {"latency": {"ttft_ms": stats, "tpot_ms": stats}}
+        lv["slo"] = {"ttft_p99_ms": 1000, "tpot_p99_ms": 100, "meets_slo": who == "baseline",
+                     "goodput_rps": 1.5, "attainment": 0.9}
+    room = {"weights_bytes": 270 * 2**20, "kv_cache_dtype": "auto", "kv_cache_tokens": 93184,
+            "kv_cache_blocks": 728, "block_size": 128, "max_concurrent_sequences": 728,
+            "peak_kv_cache_usage": 0.11, "peak_engine_rss_bytes": 2**30,
+            "peak_gpu_memory_bytes": 0, "preemptions": 0}
+    rec.headroom = {"baseline": room, "candidate": {**room, "kv_cache_dtype": "fp8",
+                                                    "kv_cache_tokens": 186368}}
+    rec.cost = {"baseline": {"price_per_hour": 0.1, "concurrency": 1,
+                             "usd_per_million_output_tokens": 0.52,
+                             "usd_per_good_request": 0.00002, "price_source": "config"},
+                "candidate": {"price_per_hour": 0.1, "concurrency": None}}
+    rec.engine["cold_start"] = {"baseline": {"healthy_s": 30.0, "first_token_s": 31.2}}
+    _, md_path = write_record(tmp_path, rec)
+    md = md_path.read_text()
+    assert "| 100.0 / 150.0 | 100.0 / 150.0 |" in md  # server-side TTFT and TPOT columns
+    assert "SLO: TTFT p99 ≤ 1000 ms, TPOT p99 ≤ 100 ms." in md
+    assert "| baseline | 1 | yes | 1.500 | 0.90 |" in md and "| candidate | 1 | no |" in md
+    assert "$0.52 per million output tokens" in md
+    assert "Cost (candidate): no load level met the SLO." in md
+    assert "| KV cache capacity | 93,184 tokens | 186,368 tokens |" in md
+    assert "| KV cache blocks × block size | 728 × 128 | 728 × 128 |" in md
+    assert "baseline 30.0 s / 31.2 s" in md

@@ -31,6 +31,10 @@ STAND_IN = textwrap.dedent('''
             info = b'vllm:cache_config_info{kv_cache_size_tokens="4096",cache_dtype="auto"} 1'
             body = {"/health": b"", "/version": b'{"version": "stand-in"}', "/metrics": info}
             self.send_response(200); self.end_headers(); self.wfile.write(body.get(self.path, b""))
+        def do_POST(self):  # the first-token request after /health
+            self.rfile.read(int(self.headers["Content-Length"]))
+            self.send_response(200); self.end_headers()
+            self.wfile.write(b'{"choices": [{"text": "!"}]}')
         def log_message(self, *a): pass
     http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
 ''')
