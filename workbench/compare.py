@@ -17,7 +17,8 @@ from .evaluate.runner import SuiteResult
 from .gates import LATENCY_METRICS, GatePolicy, LatencyGate, QualityGate
 from .loadtest import LevelResult, LoadResult
 
-__all__ = ["GateOutcome", "PairedDelta", "decide", "evaluate_gates", "paired_delta"]
+__all__ = ["GateOutcome", "PairedDelta", "count_flips", "decide", "evaluate_gates",
+           "paired_delta", "paired_scores"]
 
 Status = Literal["pass", "fail", "inconclusive", "not_applicable"]
 
@@ -47,6 +48,11 @@ class GateOutcome:
     evidence: dict = field(default_factory=dict)
 
 
+def count_flips(base: np.ndarray, cand: np.ndarray) -> tuple[int, int]:
+    """(right -> wrong, wrong -> right) over paired 0/1 scores."""
+    return int(np.sum((base == 1) & (cand == 0))), int(np.sum((base == 0) & (cand == 1)))
+
+
 def paired_delta(base: list[float], cand: list[float], confidence: float, resamples: int,
                  seed: int) -> PairedDelta:
     b, c = np.asarray(base, dtype=float), np.asarray(cand, dtype=float)
@@ -57,8 +63,7 @@ def paired_delta(base: list[float], cand: list[float], confidence: float, resamp
         res = stats.bootstrap((d,), np.mean, confidence_level=confidence, n_resamples=resamples,
                               method="percentile", random_state=np.random.default_rng(seed))
         low, high = float(res.confidence_interval.low), float(res.confidence_interval.high)
-    to_wrong = int(np.sum((b == 1) & (c == 0)))
-    to_right = int(np.sum((b == 0) & (c == 1)))
+    to_wrong, to_right = count_flips(b, c)
     discordant = to_wrong + to_right
     p = stats.binomtest(to_right, discordant, 0.5).pvalue if discordant else 1.0
     return PairedDelta(n=len(d), baseline=float(b.mean()), candidate=float(c.mean()),
@@ -74,7 +79,9 @@ def non_inferiority(delta: PairedDelta, margin: float) -> Status:
     return "inconclusive"
 
 
-def _pairs(base: SuiteResult, cand: SuiteResult, slice_name: str | None):
+def paired_scores(base: SuiteResult, cand: SuiteResult, slice_name: str | None = None
+                  ) -> tuple[list[float], list[float]]:
+    """Both runs' scores on the items both answered (in a slice, if named), by id."""
     b = {i.id: i for i in base.items if slice_name is None or slice_name in i.slices}
     c = {i.id: i for i in cand.items if slice_name is None or slice_name in i.slices}
     common = sorted(b.keys() & c.keys())
@@ -93,7 +100,7 @@ def _quality_outcomes(gate: QualityGate, base: SuiteResult | None, cand: SuiteRe
                 checks.append((f"{name}[{s}]", s, gate.slice_max_drop))
     outcomes = []
     for label, slice_name, margin in checks:
-        b, c = _pairs(base, cand, slice_name)
+        b, c = paired_scores(base, cand, slice_name)
         if not b:
             outcomes.append(GateOutcome(label, "fail", "no paired items (fail closed)"))
             continue

@@ -11,12 +11,13 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+import numpy as np
 import yaml
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from .compare import decide, evaluate_gates
+from .compare import count_flips, decide, evaluate_gates, paired_scores
 from .config import DEFAULT_PRICE_PER_HOUR, RunConfig
 from .digests import folder_digest
 from .errors import InputError
@@ -157,11 +158,9 @@ def _sampling(p: Plan) -> dict:
 
 def _flips(base: SuiteResult, cand: SuiteResult) -> dict[str, int]:
     """Items whose correctness changed, paired by id (scores of 0 or 1 only)."""
-    b = {i.id: i.score for i in base.items}
-    pairs = [(b[i.id], i.score) for i in cand.items if i.id in b]
-    return {"paired": len(pairs),
-            "to_wrong": sum(1 for x, y in pairs if x == 1 and y == 0),
-            "to_right": sum(1 for x, y in pairs if x == 0 and y == 1)}
+    b, c = paired_scores(base, cand)
+    to_wrong, to_right = count_flips(np.asarray(b), np.asarray(c))
+    return {"paired": len(b), "to_wrong": to_wrong, "to_right": to_right}
 
 
 def _paired_summaries(base: Measurement, cand: Measurement) -> dict:
