@@ -220,3 +220,24 @@ def test_lm_eval_task_file_must_exist_and_data_rows_need_ids(tmp_path: Path) -> 
     (folder / "task.yaml").write_text(TASK)
     with pytest.raises(InputError, match="items.jsonl:1: missing field"):
         load_suite(str(folder))
+
+
+def test_lm_eval_task_copy_has_absolute_data_and_keeps_function_hooks(tmp_path: Path) -> None:
+    import yaml
+
+    from workbench.evaluate.lmeval import _resolved_task_dir, _TaskLoader
+
+    rows = [{"id": "q1", "question": "2+2?", "choices": ["4", "5"], "answer": 0}]
+    folder = make_suite(tmp_path / "suite", rows, LMEVAL)
+    (folder / "task.yaml").write_text(TASK)
+    (folder / "utils.py").write_text("def process(doc, results):\n    return {}\n")
+    suite = load_suite(str(folder))
+    assert suite.lm_task is not None
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    text = (_resolved_task_dir(suite.lm_task, copy) / "task.yaml").read_text()
+    assert "process_results: !function" in text  # still a tag, not a quoted string
+    doc = yaml.load(text, Loader=_TaskLoader)  # noqa: S506
+    assert doc["process_results"] == "utils.process"
+    assert doc["dataset_kwargs"]["data_files"] == {"test": str(folder.resolve() / "items.jsonl")}
+    assert (copy / "utils.py").is_file()  # the hook resolves beside the YAML

@@ -17,6 +17,7 @@ import json
 import logging
 import math
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -28,11 +29,21 @@ import yaml
 __all__ = ["LmEvalTask", "read_task", "run_task"]
 
 
+class _Function(str):
+    """The target of an lm-eval `!function` tag, kept so it can be written back as one."""
+
+
 class _TaskLoader(yaml.SafeLoader):
-    """Reads lm-eval YAML: its `!function` tags are kept as opaque strings."""
+    """Reads lm-eval YAML, keeping its `!function` tags."""
 
 
-_TaskLoader.add_constructor("!function", lambda loader, node: f"!function {node.value}")
+class _TaskDumper(yaml.SafeDumper):
+    """Writes lm-eval YAML, `!function` tags included."""
+
+
+_TaskLoader.add_constructor("!function", lambda loader, node: _Function(node.value))
+_TaskDumper.add_representer(
+    _Function, lambda dumper, value: dumper.represent_scalar("!function", str(value)))
 
 
 @dataclass(frozen=True)
@@ -85,14 +96,14 @@ def read_task(folder: Path, task_file: str, problems: list[str]) -> LmEvalTask |
 
 def _resolved_task_dir(task: LmEvalTask, into: Path) -> Path:
     """A copy of the task YAML whose data path is absolute: lm-eval resolves relative
-    data_files against the working directory, not the YAML (FIELD_NOTES)."""
-    text = task.yaml_path.read_text()
-    doc = yaml.load(text, Loader=_TaskLoader)  # noqa: S506
+    data_files against the working directory, not the YAML (FIELD_NOTES). The suite's
+    Python files go beside it, since `!function` hooks resolve against the YAML's folder."""
+    doc = yaml.load(task.yaml_path.read_text(), Loader=_TaskLoader)  # noqa: S506
     doc["dataset_kwargs"]["data_files"] = {task.split: str(task.data_file.resolve())}
-    dumped = yaml.safe_dump(doc, sort_keys=False, allow_unicode=True)
-    # restore the !function tags the loader kept as strings
-    dumped = dumped.replace("'!function ", "!function ")
-    (into / task.yaml_path.name).write_text(dumped)
+    (into / task.yaml_path.name).write_text(
+        yaml.dump(doc, Dumper=_TaskDumper, sort_keys=False, allow_unicode=True))
+    for module in task.yaml_path.parent.glob("*.py"):
+        shutil.copy2(module, into / module.name)
     return into
 
 
