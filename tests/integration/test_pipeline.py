@@ -37,12 +37,14 @@ tracking: {{experiment: integration}}
 
 # Latency on a 3M-parameter model on 2 shared cores is noise around 1x: the bounds here are
 # wide so the decision depends on the (deterministic, greedy) quality results alone, while
-# the latency gates are still computed from real measurements.
+# the latency gates are still computed from real measurements. Not TPOT: this model's 16
+# tokens often reach the client in one streamed chunk, so client TPOT swings between
+# ~0.003 ms and ~2 ms from run to run, and any ratio of it is noise.
 GATES = """
 quality:
   - {suite: arithmetic, max_drop: 0.05, slice_max_drop: 0.15}
 latency:
-  - {metric: tpot_p50_ms, max_ratio: 20.0}
+  - {metric: e2el_p50_ms, max_ratio: 20.0}
   - {metric: output_throughput, min_ratio: 0.05}
 """
 
@@ -78,7 +80,7 @@ def test_quantise_serve_evaluate_gate_record(tiny_config: Path, tmp_path: Path, 
     assert record["sampling"]["temperature"] == 0.0 and record["sampling"]["seed"] == 0
     gates = {g["gate"]: g for g in record["gates"]}
     assert "quality:arithmetic" in gates
-    expected = {"latency:tpot_p50_ms:max_ratio@c1", "latency:output_throughput:min_ratio@c4"}
+    expected = {"latency:e2el_p50_ms:max_ratio@c1", "latency:output_throughput:min_ratio@c4"}
     assert expected <= set(gates)
     # the candidate really is the quantised checkpoint, in the format vLLM loads
     candidate_config = json.loads((Path(record["model"]["candidate_path"]) / "config.json")
