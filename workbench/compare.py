@@ -7,6 +7,7 @@ on the per-item differences) and an exact McNemar test of the discordant pairs
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Literal
 
@@ -14,7 +15,7 @@ import numpy as np
 from scipy import stats
 
 from .evaluate.runner import SuiteResult
-from .gates import LATENCY_METRICS, GatePolicy, LatencyGate, QualityGate
+from .gates import LATENCY_METRICS, GatePolicy, LatencyGate, MemoryGate, QualityGate
 from .loadtest import LevelResult, LoadResult
 
 __all__ = ["GateOutcome", "PairedDelta", "count_flips", "decide", "evaluate_gates",
@@ -117,7 +118,30 @@ def _quality_outcomes(gate: QualityGate, base: SuiteResult | None, cand: SuiteRe
 def _level_value(level: LevelResult, metric: str) -> float:
     attr, stat = LATENCY_METRICS[metric]
     value = getattr(level, attr)
-    return float(value[stat] if stat else value)
+    # a figure the level lacks (no SLO declared) is NaN: every comparison with it fails
+    return float(value.get(stat, math.nan) if stat else value)
+
+
+def _ratio(base: float, cand: float) -> float:
+    if math.isnan(base) or math.isnan(cand):
+        return math.nan
+    if base > 0:
+        return cand / base
+    return 1.0 if cand == base else math.inf
+
+
+def _memory_outcome(gate: MemoryGate, base: dict, cand: dict) -> GateOutcome:
+    bound = "max" if gate.max_ratio is not None else "min"
+    limit = float(gate.max_ratio if gate.max_ratio is not None else gate.min_ratio or 0)
+    name = f"memory:{gate.metric}:{bound}_ratio"
+    bv, cv = float(base.get(gate.metric) or math.nan), float(cand.get(gate.metric) or math.nan)
+    ratio = _ratio(bv, cv)
+    if math.isnan(ratio):
+        return GateOutcome(name, "fail", f"{gate.metric} not measured (fail closed)")
+    ok = ratio <= limit if bound == "max" else ratio >= limit
+    return GateOutcome(name, "pass" if ok else "fail",
+                       f"{gate.metric} {bv:.0f} -> {cv:.0f}, ratio {ratio:.3f} ({bound} {limit})",
+                       limit, ratio, {"baseline": bv, "candidate": cv})
 
 
 def _latency_outcomes(gate: LatencyGate, base: LoadResult | None, cand: LoadResult | None,
@@ -132,13 +156,13 @@ def _latency_outcomes(gate: LatencyGate, base: LoadResult | None, cand: LoadResu
         return [GateOutcome(name, "fail", "load-test results missing (fail closed)")]
     outcomes = []
     for blevel in base.levels:
-        label = f"{name}@c{blevel.concurrency}"
-        clevel = cand.level(blevel.concurrency)
+        label = f"{name}@{blevel.key}"
+        clevel = cand.level(blevel.key)
         if clevel is None:
             outcomes.append(GateOutcome(label, "fail", "candidate level missing (fail closed)"))
             continue
         bv, cv = _level_value(blevel, gate.metric), _level_value(clevel, gate.metric)
-        ratio = cv / bv if bv > 0 else float("inf")
+        ratio = _ratio(bv, cv)
         ok = ratio <= limit if bound == "max" else ratio >= limit
         detail = f"{gate.metric} {bv:.2f} -> {cv:.2f}, ratio {ratio:.3f} ({bound} {limit})"
         outcomes.append(GateOutcome(label, "pass" if ok else "fail", detail, limit, ratio,
@@ -148,13 +172,17 @@ def _latency_outcomes(gate: LatencyGate, base: LoadResult | None, cand: LoadResu
 
 def evaluate_gates(policy: GatePolicy, base_suites: dict[str, SuiteResult],
                    cand_suites: dict[str, SuiteResult], base_load: LoadResult | None,
-                   cand_load: LoadResult | None, device: str, seed: int) -> list[GateOutcome]:
+                   cand_load: LoadResult | None, device: str, seed: int,
+                   base_headroom: dict | None = None, cand_headroom: dict | None = None
+                   ) -> list[GateOutcome]:
     outcomes: list[GateOutcome] = []
     for q in policy.quality:
         outcomes += _quality_outcomes(q, base_suites.get(q.suite), cand_suites.get(q.suite),
                                       policy, seed)
     for lat in policy.latency:
         outcomes += _latency_outcomes(lat, base_load, cand_load, device)
+    for mem in policy.memory:
+        outcomes.append(_memory_outcome(mem, base_headroom or {}, cand_headroom or {}))
     return outcomes
 
 

@@ -10,7 +10,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from .config import format_validation_error, read_yaml
 from .errors import InputError
 
-__all__ = ["LATENCY_METRICS", "GatePolicy", "LatencyGate", "QualityGate", "load_gate_policy"]
+__all__ = ["LATENCY_METRICS", "MEMORY_METRICS", "GatePolicy", "LatencyGate", "MemoryGate",
+           "QualityGate", "load_gate_policy"]
 
 # Metrics a latency gate may name: (LevelResult field, statistic) pairs, plus throughput.
 LATENCY_METRICS = {
@@ -18,9 +19,17 @@ LATENCY_METRICS = {
     "ttft_p99_ms": ("ttft_ms", "p99"), "tpot_p50_ms": ("tpot_ms", "p50"),
     "tpot_p95_ms": ("tpot_ms", "p95"), "tpot_p99_ms": ("tpot_ms", "p99"),
     "e2el_p50_ms": ("e2el_ms", "p50"), "e2el_p99_ms": ("e2el_ms", "p99"),
+    "ttft_max_ms": ("ttft_ms", "max"), "tpot_max_ms": ("tpot_ms", "max"),
+    "itl_p50_ms": ("itl_ms", "p50"), "itl_p99_ms": ("itl_ms", "p99"),
+    "e2el_p95_ms": ("e2el_ms", "p95"), "e2el_max_ms": ("e2el_ms", "max"),
     "output_throughput": ("output_throughput", None),
     "request_throughput": ("request_throughput", None),
+    # per-request SLO judgement (the load profile's slo): share met, and met per second
+    "slo_attainment": ("slo", "attainment"), "goodput_rps": ("slo", "goodput_rps"),
 }
+# Headroom figures a memory gate may name (headroom.Headroom fields).
+MEMORY_METRICS = ("kv_cache_tokens", "max_concurrent_sequences", "weights_bytes",
+                  "peak_engine_rss_bytes", "peak_gpu_memory_bytes")
 
 
 class _Strict(BaseModel):
@@ -56,11 +65,27 @@ class LatencyGate(_Strict):
         return self
 
 
+class MemoryGate(_Strict):
+    """A candidate/baseline ratio of one memory-headroom figure: e.g. at least as many
+    KV-cache tokens (min_ratio 1.0), or weights at most half the size (max_ratio 0.5)."""
+
+    metric: Literal[MEMORY_METRICS]  # type: ignore[valid-type]
+    max_ratio: float | None = Field(default=None, gt=0)
+    min_ratio: float | None = Field(default=None, gt=0)
+
+    @model_validator(mode="after")
+    def _one_bound(self) -> MemoryGate:
+        if (self.max_ratio is None) == (self.min_ratio is None):
+            raise ValueError("give exactly one of max_ratio or min_ratio")
+        return self
+
+
 class GatePolicy(_Strict):
     confidence: float = Field(default=0.95, gt=0.5, lt=1)
     bootstrap_resamples: int = Field(default=10000, ge=1000)
     quality: list[QualityGate] = Field(default_factory=list)
     latency: list[LatencyGate] = Field(default_factory=list)
+    memory: list[MemoryGate] = Field(default_factory=list)
 
 
 def load_gate_policy(path: Path) -> GatePolicy:
