@@ -18,7 +18,7 @@ import click
 from rich.console import Console
 from rich.markup import escape
 
-from .config import load_config
+from .config import RunConfig, load_config
 from .errors import InfraError, InputError, WorkbenchError
 from .paths import REPO_ROOT
 
@@ -100,8 +100,12 @@ def main() -> None:
 
 
 @main.command()
+@click.option("--load-profile", default=None, metavar="NAME",
+              help="Measure this named load profile instead of the config's load.profile "
+                   "(built in: interactive, batch).")
 @candidate_job
-def evaluate(config_path: str, candidate: str, runs_dir: Path) -> int:
+def evaluate(config_path: str, candidate: str, runs_dir: Path, load_profile: str | None
+             ) -> int:
     """Run the whole pipeline for one candidate and decide promote / reject / inconclusive.
 
     Reuses the cached quantised artifact and the cached baseline results when their
@@ -113,6 +117,8 @@ def evaluate(config_path: str, candidate: str, runs_dir: Path) -> int:
 
     install_sigterm_as_interrupt()
     cfg = load_config(_config_path(config_path))
+    if load_profile is not None:
+        cfg = cfg.with_load_profile(load_profile)
     return run_evaluate(cfg, candidate, runs_dir, console).exit_code
 
 
@@ -178,6 +184,16 @@ def serve(config_path: str, candidate: str | None, runs_dir: Path) -> int:
     return 0
 
 
+def _check_load_profile(cfg: RunConfig, name: str) -> None:
+    """A profile other than the selected one is checked as if selected: its lengths against
+    the context, its trace file line by line."""
+    from .loadtest import level_requests
+
+    profile = cfg.with_load_profile(name).workload
+    trace = cfg.resolve(profile.trace) if profile.trace else None
+    level_requests(profile, trace, cfg.engine.max_model_len)
+
+
 @main.command()
 @config_option
 @click.option("--all-suites", is_flag=True,
@@ -198,7 +214,7 @@ def validate(config_path: str, all_suites: bool) -> int:
     problems: list[str] = []
     for check in [lambda: load_gate_policy(cfg.resolve(cfg.gates))] + [
         functools.partial(load_suite, name) for name in names
-    ]:
+    ] + [functools.partial(_check_load_profile, cfg, name) for name in cfg.load.profiles]:
         try:
             check()
         except InputError as err:
@@ -206,7 +222,8 @@ def validate(config_path: str, all_suites: bool) -> int:
     if problems:
         raise InputError(problems[0], problems)
     console.print(f"[green]ok[/]: {path} — {len(cfg.candidates)} candidate(s), "
-                  f"{len(names)} suite(s) checked, gates {cfg.gates}")
+                  f"{len(names)} suite(s) checked, gates {cfg.gates}, load profiles "
+                  f"{', '.join(sorted(cfg.load.profiles))} (this run: {cfg.load.profile})")
     return 0
 
 

@@ -11,12 +11,20 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from .errors import InputError
 from .paths import REPO_ROOT, default_model_dir
 
 __all__ = [
+    "BUILTIN_PROFILES",
     "DEFAULT_GROUP_SIZE",
     "DEFAULT_PRICE_PER_HOUR",
     "GROUPED_RECIPES",
@@ -26,6 +34,8 @@ __all__ = [
     "CalibrationConfig",
     "Candidate",
     "EngineConfig",
+    "LengthDist",
+    "LoadConfig",
     "LoadProfile",
     "ModelConfig",
     "RunConfig",
@@ -157,25 +167,181 @@ class SLO(_Strict):
 DEFAULT_PRICE_PER_HOUR = {"cpu": 0.10, "cuda": 4.00}
 
 
+class LengthDist(_Strict):
+    """Token counts drawn per request: fixed, uniform in [min, max], or lognormal around a
+    median (clipped to [min, max]). A plain integer in the YAML means fixed."""
+
+    distribution: Literal["fixed", "uniform", "lognormal"]
+    value: int | None = Field(default=None, gt=0, description="fixed: every request")
+    min: int = Field(default=1, gt=0)
+    max: int | None = Field(default=None, gt=0, description="uniform, lognormal: upper bound")
+    median: int | None = Field(default=None, gt=0, description="lognormal: the median")
+    sigma: float | None = Field(default=None, gt=0, le=3,
+                                description="lognormal: standard deviation of the log")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_int(cls, data: Any) -> Any:
+        return {"distribution": "fixed", "value": data} if isinstance(data, int) else data
+
+    @model_validator(mode="after")
+    def _complete(self) -> LengthDist:
+        needs = {"fixed": ("value",), "uniform": ("max",), "lognormal": ("median", "sigma",
+                                                                          "max")}
+        missing = [k for k in needs[self.distribution] if getattr(self, k) is None]
+        if missing:
+            raise ValueError(f"a {self.distribution} distribution needs "
+                             f"{', '.join(missing)}")
+        if self.max is not None and self.max < self.min:
+            raise ValueError(f"max ({self.max}) is below min ({self.min})")
+        if self.median is not None and not self.min <= self.median <= (self.max or 0):
+            raise ValueError(f"median ({self.median}) must lie in [min, max]")
+        return self
+
+    @property
+    def lower(self) -> int:
+        return self.value if self.distribution == "fixed" and self.value else self.min
+
+    @property
+    def upper(self) -> int:
+        return self.value if self.distribution == "fixed" and self.value else (self.max or 0)
+
+
 class LoadProfile(_Strict):
-    concurrency: list[int] = Field(min_length=1, description="Concurrency levels to sweep")
-    num_prompts: int = Field(default=16, gt=0, description="Requests per level")
-    input_len: int = Field(default=128, gt=0)
-    output_len: int = Field(default=64, gt=0)
-    warmup_prompts: int = Field(default=2, ge=0)
+    """One named workload: request shapes, how they arrive, the levels swept, the SLO."""
+
+    # the levels: exactly one of these three modes
+    concurrency: list[int] | None = Field(
+        default=None, min_length=1, description="Closed loop: requests in flight per level")
+    request_rate: list[float] | None = Field(
+        default=None, min_length=1, description="Open loop: arrivals per second per level")
+    trace: str | None = Field(
+        default=None, description="Replay a JSONL trace (docs/load.md): arrival offsets, "
+                                  "prompt and output tokens per request")
+    replay_speed: list[float] = Field(
+        default=[1.0], min_length=1, description="trace: one level per time compression")
+    burstiness: float = Field(default=1.0, gt=0, description="request_rate: gamma shape of "
+                                                              "the gaps; 1 = Poisson, <1 bursty")
+    max_concurrency: int | None = Field(
+        default=None, gt=0, description="request_rate / trace: cap on requests in flight")
+    # the requests
+    prompt_tokens: LengthDist = Field(default=LengthDist(distribution="fixed", value=128))
+    output_tokens: LengthDist = Field(default=LengthDist(distribution="fixed", value=64))
+    shared_prefix_tokens: int = Field(
+        default=0, ge=0, description="A prefix every prompt shares (a system prompt): "
+                                     "prefix-cache effects")
+    # the bounds
+    num_prompts: int | None = Field(default=None, gt=0, description="Requests per level "
+                                    "(default 16; a trace: all of its requests)")
+    max_duration_s: float | None = Field(
+        default=None, gt=0, description="Stop sending new requests after this long per level")
+    warmup_prompts: int = Field(default=2, ge=0, description="Sent before the first level; "
+                                                              "in no figure")
     seed: int = 0
     slo: SLO | None = Field(default=None, description="Per-request latency targets: goodput, "
-                                                       "SLO attainment, max stable concurrency")
+                                                       "SLO attainment, max stable level")
     price_per_hour: float | None = Field(
         default=None, gt=0, description="Device price (USD/hour) for cost per million output "
                                         "tokens; default per device kind, illustrative")
 
-    @field_validator("concurrency")
+    @field_validator("concurrency", "request_rate", "replay_speed")
     @classmethod
-    def _positive(cls, v: list[int]) -> list[int]:
-        if any(c <= 0 for c in v):
-            raise ValueError(f"levels must be positive integers, got {v}")
-        return sorted(set(v))
+    def _positive_levels(cls, v: list | None) -> list | None:
+        if v is not None and any(x <= 0 for x in v):
+            raise ValueError(f"levels must be positive, got {v}")
+        return sorted(set(v)) if v is not None else None
+
+    @model_validator(mode="after")
+    def _one_mode(self) -> LoadProfile:
+        given = [k for k in ("concurrency", "request_rate", "trace") if getattr(self, k)]
+        if len(given) != 1:
+            raise ValueError("give exactly one of concurrency (a sweep), request_rate "
+                             "(arrivals per second) or trace (a replay file); got "
+                             f"{given or 'none'}")
+        if self.shared_prefix_tokens and self.shared_prefix_tokens >= self.prompt_tokens.lower:
+            raise ValueError(f"shared_prefix_tokens ({self.shared_prefix_tokens}) must be "
+                             f"below the shortest prompt ({self.prompt_tokens.lower})")
+        return self
+
+    @property
+    def mode(self) -> Literal["concurrency", "rate", "trace"]:
+        return "concurrency" if self.concurrency else "rate" if self.request_rate else "trace"
+
+    @property
+    def levels(self) -> list[float]:
+        return list(self.concurrency or self.request_rate or self.replay_speed)
+
+    @property
+    def requests_per_level(self) -> int | None:
+        """None: every request of the trace."""
+        return self.num_prompts or (None if self.trace else 16)
+
+
+# Built-in workloads, sized for one data-centre GPU serving a model of a few billion
+# parameters; a config overrides any field (configs/default.yaml shrinks them for the CPU).
+# Their SLOs are starting points for a chat product and an offline batch job, not standards.
+BUILTIN_PROFILES: dict[str, dict[str, Any]] = {
+    "interactive": {
+        "concurrency": [1, 4, 16, 64], "num_prompts": 256, "max_duration_s": 180,
+        "prompt_tokens": {"distribution": "lognormal", "median": 512, "sigma": 0.8,
+                          "min": 160, "max": 3072},
+        "output_tokens": {"distribution": "lognormal", "median": 160, "sigma": 0.6,
+                          "min": 16, "max": 1024},
+        "shared_prefix_tokens": 128, "warmup_prompts": 8,
+        "slo": {"ttft_p99_ms": 800, "tpot_p99_ms": 60},
+    },
+    "batch": {
+        "request_rate": [2, 8, 32], "burstiness": 0.5, "num_prompts": 512,
+        "max_duration_s": 300,
+        "prompt_tokens": {"distribution": "uniform", "min": 256, "max": 2048},
+        "output_tokens": {"distribution": "uniform", "min": 64, "max": 1024},
+        "warmup_prompts": 8,
+        "slo": {"ttft_p99_ms": 10000, "tpot_p99_ms": 250},
+    },
+}
+
+
+class LoadConfig(_Strict):
+    """The named workloads of a config and the one a run measures."""
+
+    profile: str = Field(default="interactive", description="The profile this run measures "
+                                                             "(`--load-profile` overrides)")
+    profiles: dict[str, LoadProfile] = Field(
+        default_factory=dict, description="Named workloads; `interactive` and `batch` are "
+                                          "built in, and an entry of that name overrides "
+                                          "their fields")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _merge_builtins(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        given = data.get("profiles") or {}
+        if not isinstance(given, dict):
+            return data
+        merged = {name: dict(fields) for name, fields in BUILTIN_PROFILES.items()}
+        for name, fields in given.items():
+            if name in merged and isinstance(fields, dict):
+                base = merged[name]
+                # naming one mode replaces the built-in's mode
+                if {"concurrency", "request_rate", "trace"} & fields.keys():
+                    for mode_key in ("concurrency", "request_rate", "trace"):
+                        base.pop(mode_key, None)
+                merged[name] = {**base, **fields}
+            else:
+                merged[name] = fields
+        return {**data, "profiles": merged}
+
+    @model_validator(mode="after")
+    def _known_profile(self) -> LoadConfig:
+        if self.profile not in self.profiles:
+            raise ValueError(f"unknown load profile {self.profile!r}; known: "
+                             f"{', '.join(sorted(self.profiles))}")
+        return self
+
+    @property
+    def selected(self) -> LoadProfile:
+        return self.profiles[self.profile]
 
 
 class TrackingConfig(_Strict):
@@ -193,7 +359,7 @@ class RunConfig(_Strict):
     suites: list[str] = Field(min_length=1, description="Suite folders under eval_suites/")
     profile: Literal["smoke", "full"] = "smoke"
     seed: int = 0
-    load: LoadProfile
+    load: LoadConfig = LoadConfig()
     gates: str = Field(description="Gate policy YAML, relative to the config file")
     tracking: TrackingConfig = TrackingConfig()
 
@@ -203,6 +369,39 @@ class RunConfig(_Strict):
     @property
     def base_dir(self) -> Path:
         return self.source.parent
+
+    @model_validator(mode="after")
+    def _workload_fits_context(self) -> RunConfig:
+        w = self.load.selected
+        longest = w.prompt_tokens.upper + w.output_tokens.upper
+        if not w.trace and longest > self.engine.max_model_len:
+            raise ValueError(
+                f"load profile {self.load.profile!r}: its longest request ({longest} tokens: "
+                f"prompt_tokens up to {w.prompt_tokens.upper} + output_tokens up to "
+                f"{w.output_tokens.upper}) exceeds engine.max_model_len "
+                f"({self.engine.max_model_len})")
+        return self
+
+    @property
+    def workload(self) -> LoadProfile:
+        """The load profile this run measures."""
+        return self.load.selected
+
+    def with_load_profile(self, name: str) -> RunConfig:
+        """This config measuring another of its named load profiles."""
+        if name not in self.load.profiles:
+            raise InputError(f"{self.source}: --load-profile {name!r} is not a load profile "
+                             f"of this config; known: {', '.join(sorted(self.load.profiles))}")
+        data = self.model_dump()
+        data["load"]["profile"] = name
+        data["load"]["profiles"] = {k: v.model_dump(exclude_defaults=True)
+                                    for k, v in self.load.profiles.items()}
+        try:
+            cfg = RunConfig.model_validate(data)
+        except ValidationError as err:
+            problems = format_validation_error(self.source, err, RunConfig)
+            raise InputError(problems[0], problems) from None
+        return cfg.model_copy(update={"source": self.source})
 
     def candidate(self, name: str) -> Candidate:
         if name not in self.candidates:

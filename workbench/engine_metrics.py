@@ -31,11 +31,12 @@ PERCENTILES = (50, 95, 99)
 
 @dataclass(frozen=True)
 class Scrape:
-    """One /metrics scrape: histogram buckets (upper bound -> cumulative count), sums and
-    counts, counters and gauges; summed over label sets other than the bucket bound."""
+    """One /metrics scrape: histogram buckets (upper bound -> cumulative count), counts and
+    sums, counters and gauges; summed over label sets other than the bucket bound."""
 
     buckets: dict[str, dict[float, float]]
     counts: dict[str, float]
+    sums: dict[str, float]
     counters: dict[str, float]
     gauges: dict[str, float]
 
@@ -43,6 +44,7 @@ class Scrape:
 def parse_scrape(text: str) -> Scrape:
     buckets: dict[str, dict[float, float]] = {}
     counts: dict[str, float] = {}
+    sums: dict[str, float] = {}
     counters: dict[str, float] = {}
     gauges: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
@@ -53,11 +55,13 @@ def parse_scrape(text: str) -> Scrape:
                 per[bound] = per.get(bound, 0.0) + sample.value
             elif family.type == "histogram" and sample.name.endswith("_count"):
                 counts[family.name] = counts.get(family.name, 0.0) + sample.value
+            elif family.type == "histogram" and sample.name.endswith("_sum"):
+                sums[family.name] = sums.get(family.name, 0.0) + sample.value
             elif family.type == "counter" and sample.name.endswith("_total"):
                 counters[family.name] = counters.get(family.name, 0.0) + sample.value
             elif family.type == "gauge":
                 gauges[family.name] = max(gauges.get(family.name, 0.0), sample.value)
-    return Scrape(buckets, counts, counters, gauges)
+    return Scrape(buckets, counts, sums, counters, gauges)
 
 
 def histogram_quantile(q: float, buckets: dict[float, float]) -> float:
@@ -97,7 +101,11 @@ def server_side_level(before: Scrape, after: Scrape) -> dict:
         delta = _delta(before.buckets.get(name, {}), after.buckets[name])
         stats = {f"p{p}": round(1000 * histogram_quantile(p / 100, delta), 3)
                  for p in PERCENTILES}
-        stats["count"] = after.counts.get(name, 0.0) - before.counts.get(name, 0.0)
+        count = after.counts.get(name, 0.0) - before.counts.get(name, 0.0)
+        total = after.sums.get(name, 0.0) - before.sums.get(name, 0.0)
+        stats["count"] = count
+        # exact, unlike the percentiles: the histogram keeps the sum of what it observed
+        stats["mean"] = round(1000 * total / count, 3) if count else math.nan
         latency[label] = stats
     counters = {name.removeprefix("vllm:"): after.counters.get(name, 0.0)
                 - before.counters.get(name, 0.0) for name in COUNTERS if name in after.counters}

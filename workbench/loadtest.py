@@ -1,8 +1,11 @@
-"""Load-test a served model at each declared concurrency level.
+"""Load-test a served model at each level of a declared workload.
 
 The load generator is vLLM's own serving benchmark (`vllm bench serve`), which lives in the
 engine environment already: no extra dependency, works offline with a local tokenizer, keeps
-per-request data (--save-detailed), and is the tool vLLM's maintainers measure with.
+per-request data (--save-detailed), replays timed traces, draws Poisson or gamma arrivals,
+and is the tool vLLM's maintainers measure with. GuideLLM would add a second HTTP stack and
+its own dependency tree to the engine environment for the same figures. Workloads reach the
+benchmark as timed-trace files (workload.py).
 Its figures are client-side (request sent -> tokens received over HTTP streaming). Each
 level also keeps the engine's own view: the difference of two /metrics scrapes around it
 (engine_metrics.py), so the two boundaries can be compared on the same requests.
@@ -12,40 +15,66 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
+import signal
 import subprocess
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+import httpx
 
 from .config import SLO, LoadProfile
 from .engine_metrics import parse_scrape, server_side_level
 from .errors import InfraError
 from .paths import engine_python, offline_env
+from .serve import die_with_parent, free_port, signal_group
+from .workload import Request, draw_requests, read_trace, write_timed_trace
 
-__all__ = ["LevelResult", "LoadResult", "bench_command", "cost_figures", "run_load_test",
-           "slo_figures"]
+__all__ = ["AGREEMENT_TOLERANCE", "LevelResult", "LoadResult", "bench_command", "cost_figures",
+           "level_requests", "run_load_test", "slo_figures"]
 
 PERCENTILES = (50, 95, 99)
+SKIPPED = "skipped: past --max-duration"  # _vllm_bench.SKIPPED (that module imports vllm)
 BOUNDARY = "client-side: HTTP streaming, measured by vllm bench serve"
-SERVER_BOUNDARY = ("server-side: the engine's /metrics histograms over the level, its warm-up "
-                   "requests included (bucketed; percentiles interpolated as Prometheus does)")
+SERVER_BOUNDARY = ("server-side: the engine's /metrics histograms over the level's own "
+                   "requests (bucketed; percentiles interpolated as Prometheus does, means "
+                   "exact)")
+# Client and server means of the same requests count as agreeing within this share of the
+# server's figure, or within AGREEMENT_FLOOR_MS (the HTTP hop and event loop cost a few ms).
+AGREEMENT_TOLERANCE = 0.10
+AGREEMENT_FLOOR_MS = 5.0
 
 
 @dataclass(frozen=True)
 class LevelResult:
-    concurrency: int
+    concurrency: int | None  # requests in flight at most (None: unbounded arrival-rate level)
     completed: int
     failed: int
     duration_s: float
     request_throughput: float  # requests/s
     output_throughput: float  # output tokens/s
-    ttft_ms: dict[str, float]  # "p50" / "p95" / "p99" / "mean"
+    ttft_ms: dict[str, float]  # "p50" / "p95" / "p99" / "max" / "mean"
     tpot_ms: dict[str, float]
     itl_ms: dict[str, float]
     e2el_ms: dict[str, float]
     raw_file: str
     server: dict = field(default_factory=dict)  # engine_metrics.server_side_level(...)
     slo: dict = field(default_factory=dict)  # slo_figures(...): goodput, attainment, meets
+    label: str = ""  # "c8" (concurrency), "r2" (arrivals/s), "x1" (trace replay speed)
+    request_rate: float | None = None  # arrivals per second, open-loop levels
+    skipped: int = 0  # requests not sent: past the level's max_duration_s
+    agreement: dict = field(default_factory=dict)  # client vs server means, see agreement()
+
+    @property
+    def key(self) -> str:
+        return self.label or f"c{self.concurrency}"
+
+    @property
+    def error_rate(self) -> float:
+        sent = self.completed + self.failed
+        return round(self.failed / sent, 4) if sent else 0.0
 
 
 @dataclass(frozen=True)
@@ -53,21 +82,34 @@ class LoadResult:
     boundary: str
     profile: dict
     levels: list[LevelResult]
+    name: str = ""  # the profile's name in the config
+    workload: dict = field(default_factory=dict)  # what was sent: see workload_summary()
+    generator: dict = field(default_factory=dict)  # the load generator's own ceiling
 
     def to_dict(self) -> dict:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict) -> LoadResult:
-        return cls(data["boundary"], data["profile"], [LevelResult(**x) for x in data["levels"]])
+        return cls(**{**data, "levels": [LevelResult(**x) for x in data["levels"]]})
 
-    def level(self, concurrency: int) -> LevelResult | None:
-        return next((lv for lv in self.levels if lv.concurrency == concurrency), None)
+    def level(self, key: str) -> LevelResult | None:
+        return next((lv for lv in self.levels if lv.key == key), None)
 
     def max_stable_level(self) -> LevelResult | None:
-        """The highest concurrency whose p99 TTFT and TPOT met the SLO with no error."""
+        """The heaviest level (levels run lightest first) whose p99 TTFT and TPOT met the
+        SLO with no error."""
         good = [lv for lv in self.levels if lv.slo.get("meets_slo")]
-        return max(good, key=lambda lv: lv.concurrency, default=None)
+        return good[-1] if good else None
+
+    @property
+    def longest_request_tokens(self) -> int:
+        return int(self.workload.get("longest_request_tokens", 0))
+
+
+def _sent(raw: dict) -> list[int]:
+    """Indices of the requests the level really sent (not skipped by its duration bound)."""
+    return [i for i, err in enumerate(raw["errors"]) if err != SKIPPED]
 
 
 def slo_figures(raw: dict, slo: SLO) -> dict:
@@ -77,20 +119,21 @@ def slo_figures(raw: dict, slo: SLO) -> dict:
     requests never do); goodput is such requests per second. The level meets the SLO when
     its p99 TTFT and TPOT are within the targets and nothing failed."""
     met = 0
-    for ttft, latency, out, err in zip(raw["ttfts"], raw["latencies"], raw["output_lens"],
-                                       raw["errors"], strict=True):
+    sent = _sent(raw)
+    for i in sent:
+        ttft, latency, out, err = (raw["ttfts"][i], raw["latencies"][i], raw["output_lens"][i],
+                                   raw["errors"][i])
         if err or not out:
             continue
         tpot = (latency - ttft) / (out - 1) if out > 1 else 0.0
         met += 1000 * ttft <= slo.ttft_p99_ms and 1000 * tpot <= slo.tpot_p99_ms
-    total = len(raw["ttfts"])
     return {
         "ttft_p99_ms": slo.ttft_p99_ms, "tpot_p99_ms": slo.tpot_p99_ms,
         "goodput_rps": round(met / raw["duration"], 4) if raw["duration"] else 0.0,
-        "attainment": round(met / total, 4) if total else 0.0,
+        "attainment": round(met / len(sent), 4) if sent else 0.0,
         "meets_slo": bool(raw["p99_ttft_ms"] <= slo.ttft_p99_ms
                           and raw["p99_tpot_ms"] <= slo.tpot_p99_ms
-                          and not any(raw["errors"])),
+                          and not any(raw["errors"][i] for i in sent)),
     }
 
 
@@ -98,53 +141,82 @@ def cost_figures(level: LevelResult | None, price_per_hour: float) -> dict:
     """What serving costs at a load level: per million output tokens, and per request that
     met the SLO (or per completed request when no SLO is declared)."""
     if level is None or level.output_throughput <= 0:
-        return {"price_per_hour": price_per_hour, "concurrency": None}
+        return {"price_per_hour": price_per_hour, "level": None, "concurrency": None}
     per_second = price_per_hour / 3600
     good_rps = level.slo.get("goodput_rps", level.request_throughput)
-    return {"price_per_hour": price_per_hour, "concurrency": level.concurrency,
+    return {"price_per_hour": price_per_hour, "level": level.key,
+            "concurrency": level.concurrency,
             "usd_per_million_output_tokens": round(per_second / level.output_throughput * 1e6,
                                                    4),
             "usd_per_good_request": round(per_second / good_rps, 6) if good_rps else None}
 
 
-def bench_command(
-    base_url: str, served_name: str, tokenizer: Path, profile: LoadProfile, concurrency: int,
-    out_file: Path,
-) -> list[str]:
-    return [
+def bench_command(base_url: str, served_name: str, tokenizer: Path, profile: LoadProfile,
+                  level: float, trace_file: Path, chunk: int, n: int, out_file: Path) -> list[str]:
+    """One `vllm bench serve` run of the requests in trace_file at one level."""
+    cmd = [
         str(engine_python()), "-m", "workbench._vllm_bench",
         "--backend", "openai", "--base-url", base_url, "--endpoint", "/v1/completions",
         "--model", served_name, "--tokenizer", str(tokenizer),
-        "--dataset-name", "random",
-        "--random-input-len", str(profile.input_len),
-        "--random-output-len", str(profile.output_len),
-        "--num-prompts", str(profile.num_prompts),
-        "--num-warmups", str(profile.warmup_prompts),
-        "--max-concurrency", str(concurrency),
-        "--request-rate", "inf",
-        "--ignore-eos",  # every request generates exactly output_len tokens
+        "--dataset-name", "timed_trace", "--dataset-path", str(trace_file),
+        "--timed-trace-chunk-hash-size", str(chunk),
+        "--num-prompts", str(n), "--num-warmups", "0",  # warm-up is its own run
         "--seed", str(profile.seed),
         "--percentile-metrics", "ttft,tpot,itl,e2el",
         "--metric-percentiles", ",".join(str(p) for p in PERCENTILES),
         "--save-result", "--save-detailed",
         "--result-dir", str(out_file.parent), "--result-filename", out_file.name,
         "--disable-tqdm",
-    ]
+    ]  # timed_trace implies --ignore-eos: every request generates its output_tokens
+    if profile.mode == "concurrency":
+        cmd += ["--max-concurrency", str(int(level))]
+    elif profile.mode == "rate":
+        cmd += ["--no-self-timed", "--request-rate", str(level),
+                "--burstiness", str(profile.burstiness)]
+    else:
+        cmd += ["--timed-trace-sec-multiplier", str(1 / level)]
+    if profile.mode != "concurrency" and profile.max_concurrency:
+        cmd += ["--max-concurrency", str(profile.max_concurrency)]
+    if profile.max_duration_s:
+        cmd += ["--max-duration", str(profile.max_duration_s)]
+    return cmd
 
 
 def _stats(raw: dict, metric: str) -> dict[str, float]:
     stats = {"mean": round(raw[f"mean_{metric}_ms"], 3)}
     for p in PERCENTILES:
         stats[f"p{p}"] = round(raw[f"p{p}_{metric}_ms"], 3)
+    stats["max"] = round(_max_ms(raw, metric), 3)
     return stats
 
 
-def parse_level(raw: dict, concurrency: int, raw_file: Path) -> LevelResult:
-    errors = [e for e in raw.get("errors", []) if e]
+def _max_ms(raw: dict, metric: str) -> float:
+    """The worst request's figure, from the per-request data (vLLM reports percentiles)."""
+    ok = [i for i, err in enumerate(raw["errors"]) if not err]
+    if not ok:
+        return math.nan
+    ttft, lat, out = raw["ttfts"], raw["latencies"], raw["output_lens"]
+    per_request = {
+        "ttft": [ttft[i] for i in ok],
+        "e2el": [lat[i] for i in ok],
+        "tpot": [(lat[i] - ttft[i]) / (out[i] - 1) for i in ok if out[i] > 1],
+        "itl": [gap for i in ok for gap in raw["itls"][i]],
+    }[metric]
+    return 1000 * max(per_request, default=math.nan)
+
+
+def level_label(profile: LoadProfile, level: float) -> str:
+    prefix = {"concurrency": "c", "rate": "r", "trace": "x"}[profile.mode]
+    return f"{prefix}{level:g}"
+
+
+def parse_level(raw: dict, profile: LoadProfile, level: float, raw_file: Path) -> LevelResult:
+    sent = _sent(raw)
+    failed = sum(1 for i in sent if raw["errors"][i])
     return LevelResult(
-        concurrency=concurrency,
+        concurrency=int(level) if profile.mode == "concurrency" else profile.max_concurrency,
         completed=int(raw["completed"]),
-        failed=len(errors),
+        failed=failed,
         duration_s=round(raw["duration"], 3),
         request_throughput=round(raw["request_throughput"], 4),
         output_throughput=round(raw["output_throughput"], 3),
@@ -153,44 +225,183 @@ def parse_level(raw: dict, concurrency: int, raw_file: Path) -> LevelResult:
         itl_ms=_stats(raw, "itl"),
         e2el_ms=_stats(raw, "e2el"),
         raw_file=str(raw_file),
+        label=level_label(profile, level),
+        request_rate=level if profile.mode == "rate" else None,
+        skipped=len(raw["errors"]) - len(sent),
     )
+
+
+def agreement(level: LevelResult) -> dict:
+    """Client vs server mean of each latency both boundaries measure, on the same requests.
+
+    Means, not percentiles: the engine's histogram keeps the exact sum of what it observed,
+    while its percentiles are only as fine as its buckets."""
+    out: dict = {"tolerance": AGREEMENT_TOLERANCE, "floor_ms": AGREEMENT_FLOOR_MS}
+    latency = level.server.get("latency", {})
+    for metric, client in (("ttft_ms", level.ttft_ms), ("tpot_ms", level.tpot_ms),
+                           ("e2el_ms", level.e2el_ms)):
+        server = latency.get(metric, {}).get("mean", math.nan)
+        if math.isnan(server):
+            continue
+        diff = client["mean"] - server
+        out[metric.removesuffix("_ms")] = {
+            "client_mean_ms": client["mean"], "server_mean_ms": server,
+            "diff_ms": round(diff, 3),
+            "within": abs(diff) <= max(AGREEMENT_TOLERANCE * server, AGREEMENT_FLOOR_MS)}
+    counted = latency.get("e2el_ms", {}).get("count")
+    if counted is not None:
+        out["server_requests"] = counted
+        out["client_requests"] = level.completed
+    return out
+
+
+def level_requests(profile: LoadProfile, trace: Path | None, max_model_len: int
+                   ) -> list[Request]:
+    """The requests every level sends: the same mix at each level and for each model."""
+    if trace is not None:
+        requests = read_trace(trace, max_model_len)
+        return requests[:profile.num_prompts] if profile.num_prompts else requests
+    return draw_requests(profile, profile.requests_per_level or 16, profile.seed)
+
+
+def workload_summary(profile: LoadProfile, requests: list[Request]) -> dict:
+    def spread(values: list[int]) -> dict:
+        ordered = sorted(values)
+        return {"mean": round(sum(values) / len(values), 1),
+                "p50": ordered[len(ordered) // 2], "min": ordered[0], "max": ordered[-1]}
+
+    return {"mode": profile.mode, "requests_per_level": len(requests),
+            "prompt_tokens": spread([r.prompt_tokens for r in requests]),
+            "output_tokens": spread([r.output_tokens for r in requests]),
+            "shared_prefix_tokens": profile.shared_prefix_tokens,
+            "longest_request_tokens": max(r.prompt_tokens + r.output_tokens for r in requests),
+            "trace_span_s": requests[-1].arrival_s if profile.mode == "trace" else None,
+            "warmup_requests": profile.warmup_prompts}
+
+
+def _bench(cmd: list[str], log_file: Path, raw_file: Path, what: str) -> dict:
+    with log_file.open("w") as log:
+        proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=bench_env())
+    if proc.returncode != 0 or not raw_file.exists():
+        raise InfraError(f"load test {what} failed (exit {proc.returncode}); see {log_file}")
+    return json.loads(raw_file.read_text())
+
+
+def bench_env() -> dict[str, str]:
+    # The benchmark seeds each prompt chunk from hash() of a string: a fixed hash seed makes
+    # the prompts the same for the baseline and the candidate.
+    return {**offline_env(), "PYTHONHASHSEED": "0"}
+
+
+def _warm_up(base_url: str, served_name: str, tokenizer: Path, profile: LoadProfile,
+             requests: list[Request], out_dir: Path) -> None:
+    """Requests at the heaviest level before the first one, counted in no figure."""
+    warm = [dataclasses.replace(r, arrival_s=0.0) for r in requests[:profile.warmup_prompts]]
+    trace_file = out_dir / "requests-warmup.jsonl"
+    chunk = write_timed_trace(warm, profile.shared_prefix_tokens, 999, trace_file)
+    closed = profile.model_copy(update={"concurrency": [len(warm)], "request_rate": None,
+                                        "trace": None, "max_duration_s": None})
+    raw_file = out_dir / "bench-warmup.json"
+    _bench(bench_command(base_url, served_name, tokenizer, closed, len(warm), trace_file, chunk,
+                         len(warm), raw_file), out_dir / "bench-warmup.log", raw_file, "warm-up")
+
+
+GENERATOR_BOUNDARY = ("the same requests, closed loop at the heaviest level's concurrency, "
+                      "against a zero-work endpoint (workbench/_zero_work_server.py)")
+
+
+def generator_ceiling(tokenizer: Path, profile: LoadProfile, requests: list[Request],
+                      out_dir: Path) -> dict:
+    """What the load generator alone can carry: the level's requests answered at once by a
+    zero-work endpoint. A level whose throughput nears this measured the client, not the
+    engine."""
+    concurrency = int(max(profile.concurrency or [profile.max_concurrency or len(requests)]))
+    closed = profile.model_copy(update={"concurrency": [concurrency], "request_rate": None,
+                                        "trace": None, "max_duration_s": None})
+    port = free_port()
+    log_file = out_dir / "zero-work-server.log"
+    with log_file.open("wb") as log:
+        proc = subprocess.Popen([str(engine_python()), "-m", "workbench._zero_work_server",
+                                 str(port)], stdout=log, stderr=subprocess.STDOUT,
+                                env=offline_env(), start_new_session=True,
+                                preexec_fn=die_with_parent)
+    try:
+        _wait_for(f"http://127.0.0.1:{port}/health", proc, log_file)
+        trace_file = out_dir / "requests-generator.jsonl"
+        at_once = [dataclasses.replace(r, arrival_s=0.0) for r in requests]
+        chunk = write_timed_trace(at_once, profile.shared_prefix_tokens, 998, trace_file)
+        raw_file = out_dir / "bench-generator.json"
+        raw = _bench(bench_command(f"http://127.0.0.1:{port}", "zero-work", tokenizer, closed,
+                                   concurrency, trace_file, chunk, len(requests), raw_file),
+                     out_dir / "bench-generator.log", raw_file, "of the load generator")
+    finally:
+        signal_group(proc.pid, signal.SIGKILL)
+        proc.wait()
+    return {"boundary": GENERATOR_BOUNDARY, "concurrency": concurrency,
+            "request_throughput": round(raw["request_throughput"], 3),
+            "output_throughput": round(raw["output_throughput"], 1),
+            "raw_file": str(raw_file)}
+
+
+def _wait_for(url: str, proc: subprocess.Popen, log_file: Path, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise InfraError(f"zero-work endpoint exited with code {proc.returncode}; "
+                             f"see {log_file}")
+        try:
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise InfraError(f"zero-work endpoint not up after {timeout_s:.0f}s; see {log_file}")
 
 
 def run_load_test(
     base_url: str, served_name: str, tokenizer: Path, profile: LoadProfile, out_dir: Path,
+    requests: list[Request], name: str = "",
     check_engine: Callable[[], None] = lambda: None,
     on_level: Callable[[LevelResult], None] = lambda _lv: None,
     scrape: Callable[[], str] | None = None,
+    ceiling: bool = True,
 ) -> LoadResult:
-    """One `vllm bench serve` run per concurrency level; each level's raw JSON is kept.
+    """One `vllm bench serve` run per level, after a warm-up; each level's requests and raw
+    per-request JSON are kept.
 
     scrape, when given, returns the engine's /metrics text: read before and after each
-    level for the server-side figures."""
+    level for the server-side figures; ceiling measures the load generator's own limit
+    after the levels."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    levels = []
-    for concurrency in profile.concurrency:
-        raw_file = out_dir / f"bench-c{concurrency}.json"
-        log_file = out_dir / f"bench-c{concurrency}.log"
-        cmd = bench_command(base_url, served_name, tokenizer, profile, concurrency, raw_file)
-        before = parse_scrape(scrape()) if scrape else None
-        with log_file.open("w") as log:
-            proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=offline_env())
+    if profile.warmup_prompts:
+        _warm_up(base_url, served_name, tokenizer, profile, requests, out_dir)
         check_engine()
-        if proc.returncode != 0 or not raw_file.exists():
-            raise InfraError(
-                f"load test at concurrency {concurrency} failed (exit {proc.returncode}); "
-                f"see {log_file}"
-            )
-        raw = json.loads(raw_file.read_text())
-        level = parse_level(raw, concurrency, raw_file)
+    levels = []
+    for index, value in enumerate(profile.levels):
+        label = level_label(profile, value)
+        trace_file = out_dir / f"requests-{label}.jsonl"
+        chunk = write_timed_trace(requests, profile.shared_prefix_tokens, index, trace_file)
+        raw_file = out_dir / f"bench-{label}.json"
+        cmd = bench_command(base_url, served_name, tokenizer, profile, value, trace_file,
+                            chunk, len(requests), raw_file)
+        before = parse_scrape(scrape()) if scrape else None
+        try:
+            raw = _bench(cmd, out_dir / f"bench-{label}.log", raw_file, f"at level {label}")
+        finally:
+            check_engine()
+        level = parse_level(raw, profile, value, raw_file)
         if profile.slo is not None:
             level = dataclasses.replace(level, slo=slo_figures(raw, profile.slo))
         if scrape and before:
             server = server_side_level(before, parse_scrape(scrape()))
             level = dataclasses.replace(level, server={"boundary": SERVER_BOUNDARY, **server})
+            level = dataclasses.replace(level, agreement=agreement(level))
         if level.completed == 0:
-            raise InfraError(f"load test at concurrency {concurrency}: no request completed; "
+            raise InfraError(f"load test at level {label}: no request completed; "
                              f"see {raw_file}")
         levels.append(level)
         on_level(level)
-    return LoadResult(boundary=BOUNDARY, profile=profile.model_dump(), levels=levels)
+    generator = generator_ceiling(tokenizer, profile, requests, out_dir) if ceiling else {}
+    return LoadResult(boundary=BOUNDARY, profile=profile.model_dump(), levels=levels,
+                      name=name, workload=workload_summary(profile, requests),
+                      generator=generator)

@@ -24,10 +24,11 @@ from .errors import InfraError
 from .evaluate.runner import SCORING_VERSION, SuiteResult, run_suite
 from .evaluate.suites import Suite
 from .headroom import PeakSampler, headroom
-from .loadtest import LoadResult, run_load_test
+from .loadtest import LevelResult, LoadResult, run_load_test
 from .paths import cache_root
 from .record import write_json
 from .serve import EngineServer, ServerInfo, parse_cache_info
+from .workload import Request
 
 __all__ = ["MEASUREMENT_FILE", "SAMPLING", "Measurement", "baseline_key", "cached_measurement",
            "measure"]
@@ -60,12 +61,13 @@ class Measurement:
 
 
 def baseline_key(cfg: RunConfig, model_digest: str, suites: list[Suite], device: str,
-                 engine_version: str) -> str:
+                 engine_version: str, requests: list[Request]) -> str:
     return sha256_json({
         "model": model_digest, "engine": cfg.engine.model_dump(), "device": device,
         "engine_version": engine_version, "profile": cfg.profile, "seed": cfg.seed,
         "suites": {s.name: s.digest for s in suites}, "sampling": SAMPLING,
-        "load": cfg.load.model_dump(), "scoring": SCORING_VERSION, "format": 2,
+        "load": cfg.workload.model_dump(), "requests": [asdict(r) for r in requests],
+        "scoring": SCORING_VERSION, "format": 3,
     })
 
 
@@ -99,9 +101,17 @@ def _kv_usage(server: EngineServer) -> float:
     return parse_scrape(server.metrics()).gauges.get("vllm:kv_cache_usage_perc", 0.0)
 
 
+def _print_level(console: Console, role: str, lv: LevelResult) -> None:
+    skipped = f", {lv.skipped} not sent (duration bound)" if lv.skipped else ""
+    console.print(f"  [{role}] load {lv.key}: {lv.completed} requests, "
+                  f"{lv.output_throughput:.1f} out tok/s, TTFT p50/p99 "
+                  f"{lv.ttft_ms['p50']:.0f}/{lv.ttft_ms['p99']:.0f} ms, TPOT p50/p99 "
+                  f"{lv.tpot_ms['p50']:.1f}/{lv.tpot_ms['p99']:.1f} ms{skipped}")
+
+
 def measure(cfg: RunConfig, role: str, model_dir: Path, served: str, extra_args: list[str],
-            suites: list[Suite], tokenizer_dir: Path, out_dir: Path, console: Console,
-            device: str) -> Measurement:
+            suites: list[Suite], requests: list[Request], tokenizer_dir: Path, out_dir: Path,
+            console: Console, device: str) -> Measurement:
     """Start the engine for one model, run every suite and the load sweep, stop it."""
     out_dir.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
@@ -116,19 +126,17 @@ def measure(cfg: RunConfig, role: str, model_dir: Path, served: str, extra_args:
         with PeakSampler(server.process.pid, functools.partial(_kv_usage, server)) as peaks:
             suite_results = _run_suites(cfg, server, served, suites, out_dir, console,
                                         tokenizer_dir)
-            load = run_load_test(
-                server.base_url, served, tokenizer_dir, cfg.load, out_dir / "load",
-                check_engine=server.check_alive, scrape=server.metrics,
-                on_level=lambda lv: console.print(
-                    f"  [{role}] load c={lv.concurrency}: {lv.output_throughput:.1f} out "
-                    f"tok/s, TTFT p50 {lv.ttft_ms['p50']:.0f} ms, TPOT p50 "
-                    f"{lv.tpot_ms['p50']:.1f} ms"),
-            )
+            with console.status(f"[{role}] load profile {cfg.load.profile!r}: warm-up, "
+                                f"levels {', '.join(f'{x:g}' for x in cfg.workload.levels)}"):
+                load = run_load_test(
+                    server.base_url, served, tokenizer_dir, cfg.workload, out_dir / "load",
+                    requests, name=cfg.load.profile, check_engine=server.check_alive,
+                    scrape=server.metrics, on_level=functools.partial(_print_level, console,
+                                                                      role))
         # read after the load, when the engine has reported its final cache figures
         final = server.metrics()
         server.info.cache_info = parse_cache_info(final) or server.info.cache_info
-        room = headroom(model_dir, server.info.cache_info,
-                        cfg.load.input_len + cfg.load.output_len, peaks,
+        room = headroom(model_dir, server.info.cache_info, load.longest_request_tokens, peaks,
                         int(parse_scrape(final).counters.get("vllm:num_preemptions", 0)))
     finally:
         server.stop()

@@ -25,7 +25,7 @@ from .evaluate.fidelity import compare_fidelity
 from .evaluate.runner import SuiteResult
 from .evaluate.suites import Suite, load_suite
 from .gates import GatePolicy, load_gate_policy
-from .loadtest import LoadResult, cost_figures
+from .loadtest import LoadResult, cost_figures, level_requests
 from .measure import (
     SAMPLING,
     Measurement,
@@ -35,6 +35,7 @@ from .measure import (
     measure,
     store_in_cache,
 )
+from .plots import LATENCY_PLOT, plot_latency_vs_throughput
 from .quantize import QuantizeResult, calibration_samples, needs_calibration, quantize
 from .quantize.checks import candidate_problems, serving_problem, unsupported_here
 from .record import DecisionRecord, host_facts, write_json, write_record
@@ -55,6 +56,9 @@ class Plan:
         self.model_dir = cfg.model.resolved_path(cfg.base_dir)
         self.policy: GatePolicy = load_gate_policy(cfg.resolve(cfg.gates))
         self.suites: list[Suite] = [load_suite(name) for name in cfg.suites]
+        trace = cfg.workload.trace
+        self.requests = level_requests(cfg.workload, cfg.resolve(trace) if trace else None,
+                                       cfg.engine.max_model_len)
 
     @functools.cached_property
     def model_digest(self) -> str:
@@ -113,7 +117,7 @@ def _quantize_stage(cfg: RunConfig, name: str, model_dir: Path, model_digest: st
 
 def _baseline_stage(p: Plan, run_dir: Path, device: str, console: Console
                     ) -> tuple[Measurement, bool]:
-    key = baseline_key(p.cfg, p.model_digest, p.suites, device, p.engine_version)
+    key = baseline_key(p.cfg, p.model_digest, p.suites, device, p.engine_version, p.requests)
     cached = cached_measurement(key)
     hit = load_cached(cached)
     if hit is not None:
@@ -122,8 +126,8 @@ def _baseline_stage(p: Plan, run_dir: Path, device: str, console: Console
                       "the engine is not started for it")
         return hit, True
     console.print("[bold]baseline[/]: measuring (cached afterwards)")
-    m = measure(p.cfg, "baseline", p.model_dir, p.cfg.model.name, [], p.suites, p.model_dir,
-                run_dir / "baseline", console, device)
+    m = measure(p.cfg, "baseline", p.model_dir, p.cfg.model.name, [], p.suites, p.requests,
+                p.model_dir, run_dir / "baseline", console, device)
     store_in_cache(run_dir / "baseline", cached)
     return m, False
 
@@ -132,19 +136,18 @@ def _candidate_stage(p: Plan, q: QuantizeResult, run_dir: Path, device: str,
                      console: Console) -> Measurement:
     console.print(f"[bold]candidate {p.candidate_name}[/]: measuring")
     return measure(p.cfg, "candidate", Path(q.path), f"{p.cfg.model.name}-{p.candidate_name}",
-                   q.serve_args, p.suites, p.model_dir, run_dir / "candidate",
+                   q.serve_args, p.suites, p.requests, p.model_dir, run_dir / "candidate",
                    console, device)
 
 
 def _cost(p: Plan, load: LoadResult) -> dict:
     """Cost at the highest load level that met the SLO (the highest level, when the
     workload declares no SLO)."""
-    price = p.cfg.load.price_per_hour or DEFAULT_PRICE_PER_HOUR[p.device]
-    if p.cfg.load.slo is not None:
-        level = load.max_stable_level()
-    else:
-        level = max(load.levels, key=lambda lv: lv.concurrency, default=None)
-    return {**cost_figures(level, price), "price_source": "config" if p.cfg.load.price_per_hour
+    work = p.cfg.workload
+    price = work.price_per_hour or DEFAULT_PRICE_PER_HOUR[p.device]
+    heaviest = load.levels[-1] if load.levels else None
+    level = load.max_stable_level() if work.slo is not None else heaviest
+    return {**cost_figures(level, price), "price_source": "config" if work.price_per_hour
             else f"illustrative default for {p.device}"}
 
 
@@ -185,25 +188,31 @@ def _metrics(rec: DecisionRecord, base: Measurement, cand: Measurement) -> dict[
             for s, info in r.slices.items():
                 out[f"{role}.{name}.{s}.accuracy"] = info["accuracy"]
         for lv in m.load.levels:
-            prefix = f"{role}.c{lv.concurrency}"
+            prefix = f"{role}.{lv.key}"
             out[f"{prefix}.output_throughput"] = lv.output_throughput
-            for stat in ("p50", "p95", "p99"):
-                out[f"{prefix}.ttft_{stat}_ms"] = lv.ttft_ms[stat]
-                out[f"{prefix}.tpot_{stat}_ms"] = lv.tpot_ms[stat]
+            out[f"{prefix}.request_throughput"] = lv.request_throughput
+            out[f"{prefix}.error_rate"] = lv.error_rate
+            for stat in ("p50", "p95", "p99", "max"):
+                for metric in ("ttft", "tpot", "itl", "e2el"):
+                    out[f"{prefix}.{metric}_{stat}_ms"] = getattr(lv, f"{metric}_ms")[stat]
+        if m.load.generator:
+            out[f"{role}.generator.output_throughput"] = m.load.generator["output_throughput"]
         out[f"{role}.cold_start_s"] = m.server.cold_start_s
         out[f"{role}.first_token_s"] = m.server.first_token_s
         stable = m.load.max_stable_level()
         if stable is not None:
-            out[f"{role}.max_stable_concurrency"] = stable.concurrency
+            out[f"{role}.max_stable_level"] = m.load.levels.index(stable) + 1
+            if stable.concurrency is not None:
+                out[f"{role}.max_stable_concurrency"] = stable.concurrency
         for lv in m.load.levels:
-            out.update({f"{role}.c{lv.concurrency}.{k}": float(v) for k, v in lv.slo.items()
+            out.update({f"{role}.{lv.key}.{k}": float(v) for k, v in lv.slo.items()
                         if k in ("goodput_rps", "attainment")})
         out.update({f"{role}.headroom.{k}": float(v) for k, v in m.headroom.items()
                     if isinstance(v, (int, float))})
         for lv in m.load.levels:
             for metric, stats in lv.server.get("latency", {}).items():
                 for stat in ("p50", "p99"):
-                    out[f"{role}.c{lv.concurrency}.server.{metric.removesuffix('_ms')}"
+                    out[f"{role}.{lv.key}.server.{metric.removesuffix('_ms')}"
                         f"_{stat}_ms"] = stats[stat]
     out.update(_quantization_metrics(rec.quantization))
     for role, c in rec.cost.items():
@@ -244,10 +253,18 @@ def fidelity_results(p: Plan, run_dir: Path) -> dict[str, dict]:
     return out
 
 
+def _plots(p: Plan, base: Measurement, cand: Measurement, run_dir: Path) -> dict[str, str]:
+    title = (f"{p.cfg.model.name}: baseline vs {p.candidate_name}, load profile "
+             f"{p.cfg.load.profile!r} on {p.device}")
+    path = plot_latency_vs_throughput({"baseline": base.load, "candidate": cand.load}, title,
+                                      run_dir / LATENCY_PLOT)
+    return {"latency vs throughput": path.name}
+
+
 def build_record(p: Plan, q: QuantizeResult, base: Measurement, cand: Measurement,
                  run_dir: Path, device: str, reused: dict, tracker: Tracker) -> DecisionRecord:
     outcomes = evaluate_gates(p.policy, base.suites, cand.suites, base.load, cand.load,
-                              device, p.cfg.seed)
+                              device, p.cfg.seed, base.headroom, cand.headroom)
     return DecisionRecord(
         decision=decide(outcomes),
         candidate=p.candidate_name,
@@ -272,13 +289,15 @@ def build_record(p: Plan, q: QuantizeResult, base: Measurement, cand: Measuremen
         quantization={**q.manifest, "served_format": q.format.to_dict(),
                       "serve_args": q.serve_args},
         data_digests={s.name: s.digest for s in p.suites},
-        seeds={"run": p.cfg.seed, "load": p.cfg.load.seed, "calibration": p.cfg.calibration.seed},
+        seeds={"run": p.cfg.seed, "load": p.cfg.workload.seed,
+               "calibration": p.cfg.calibration.seed},
         sampling=_sampling(p),
         library_versions={"engine": p.engine_version,
                           **q.manifest.get("library_versions", {})},
         run_dir=str(run_dir),
         created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         reused=reused,
+        plots=_plots(p, base, cand, run_dir),
         mlflow={"tracking_uri": tracker.uri, "run_id": tracker.run_id,
                 "experiment_id": tracker.experiment_id},
     )
@@ -305,7 +324,8 @@ def run_evaluate(cfg: RunConfig, candidate: str, runs_root: Path,
                             "model_path": str(p.model_dir), "device": device,
                             "engine": p.engine_version, "engine_config":
                             cfg.engine.model_dump_json(), "suites": ",".join(cfg.suites),
-                            "profile": cfg.profile, "load": cfg.load.model_dump_json(),
+                            "profile": cfg.profile, "load_profile": cfg.load.profile,
+                            "load": cfg.workload.model_dump_json(),
                             "gates": str(cfg.resolve(cfg.gates)), "run_dir": str(run_dir)})
         try:
             q = _quantize_stage(cfg, candidate, p.model_dir, p.model_digest, run_dir, console)

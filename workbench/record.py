@@ -39,6 +39,7 @@ class DecisionRecord:
     headroom: dict = field(default_factory=dict)  # "baseline"/"candidate" -> Headroom dict
     cost: dict = field(default_factory=dict)  # "baseline"/"candidate" -> loadtest.cost_figures
     reused: dict = field(default_factory=dict)  # what came from caches
+    plots: dict = field(default_factory=dict)  # title -> PNG path relative to the run folder
     mlflow: dict = field(default_factory=dict)
     schema_version: int = SCHEMA_VERSION
 
@@ -118,16 +119,16 @@ def _slo_lines(rec: DecisionRecord) -> list[str]:
         slo = rows[0][1]["slo"]
         lines += ["", f"SLO: TTFT p99 ≤ {slo['ttft_p99_ms']:.0f} ms, TPOT p99 ≤ "
                   f"{slo['tpot_p99_ms']:.0f} ms.", "",
-                  "| model | concurrency | meets SLO | goodput req/s | attainment |",
+                  "| model | level | meets SLO | goodput req/s | attainment |",
                   "|---|---|---|---|---|"]
-        lines += [f"| {who} | {lv['concurrency']} | {'yes' if lv['slo']['meets_slo'] else 'no'}"
+        lines += [f"| {who} | {_level_name(lv)} | {'yes' if lv['slo']['meets_slo'] else 'no'}"
                   f" | {lv['slo']['goodput_rps']:.3f} | {lv['slo']['attainment']:.2f} |"
                   for who, lv in rows]
     for who, c in rec.cost.items():
-        if c.get("concurrency") is None:
+        if c.get("level", c.get("concurrency")) is None:
             lines.append(f"\nCost ({who}): no load level met the SLO.")
             continue
-        lines.append(f"\nCost ({who}, concurrency {c['concurrency']}, "
+        lines.append(f"\nCost ({who}, level {c.get('level') or c['concurrency']}, "
                      f"${c['price_per_hour']:.2f}/h, {c.get('price_source', '')}): "
                      f"${c['usd_per_million_output_tokens']:.2f} per million output tokens"
                      + (f", ${c['usd_per_good_request']:.5f} per request served within the "
@@ -135,8 +136,84 @@ def _slo_lines(rec: DecisionRecord) -> list[str]:
     return lines
 
 
-def _pair(stats: dict | None) -> str:
-    return f"{stats['p50']:.1f} / {stats['p95']:.1f}" if stats else "–"
+def _stats(stats: dict | None, keys: tuple[str, ...] = ("p50", "p99")) -> str:
+    if not stats:
+        return "–"
+    return " / ".join(f"{stats[k]:.1f}" if k in stats else "–" for k in keys)
+
+
+def _level_name(lv: dict) -> str:
+    return lv.get("label") or f"c{lv['concurrency']}"
+
+
+def _workload_line(load: dict) -> str:
+    w = load.get("workload", {})
+    if not w:
+        return ""
+    prefix = (f", a shared prefix of {w['shared_prefix_tokens']} tokens"
+              if w.get("shared_prefix_tokens") else "")
+    mode = {"concurrency": "closed loop, levels = requests in flight",
+            "rate": "open loop, levels = arrivals per second",
+            "trace": "trace replay, levels = speed-up"}.get(w.get("mode", ""), w.get("mode", ""))
+    return (f"Workload `{load.get('name', '')}` ({mode}): {w['requests_per_level']} requests "
+            f"per level, prompt tokens mean {w['prompt_tokens']['mean']:.0f} (max "
+            f"{w['prompt_tokens']['max']}), output tokens mean {w['output_tokens']['mean']:.0f} "
+            f"(max {w['output_tokens']['max']}){prefix}; {w.get('warmup_requests', 0)} warm-up "
+            "requests before the first level, in no figure.")
+
+
+def _agreement_line(levels: list[tuple[str, dict]]) -> str:
+    checks = [(who, lv, metric, a) for who, lv in levels
+              for metric, a in lv.get("agreement", {}).items() if isinstance(a, dict)]
+    if not checks:
+        return ""
+    first = checks[0][3]
+    tol = levels[0][1]["agreement"]
+    worst = max(checks, key=lambda c: abs(c[3]["diff_ms"]) / max(c[3]["server_mean_ms"], 1e-9))
+    missed = [f"{who} {_level_name(lv)} {metric}" for who, lv, metric, a in checks
+              if not a["within"]]
+    verdict = ("all within" if not missed else f"outside it: {', '.join(missed)}")
+    who, lv, metric, a = worst
+    return (f"Client vs server means on the same requests (tolerance {tol['tolerance']:.0%} of "
+            f"the server's figure or {tol['floor_ms']:.0f} ms): {verdict}; largest gap "
+            f"{who} {_level_name(lv)} {metric} {a['client_mean_ms']:.1f} vs "
+            f"{a['server_mean_ms']:.1f} ms." if first else "")
+
+
+def _load_lines(rec: DecisionRecord) -> list[str]:
+    levels = [(who, lv) for who in ("baseline", "candidate")
+              for lv in rec.load.get(who, {}).get("levels", [])]
+    lines = ["", "## Load", ""]
+    workload = _workload_line(rec.load.get("baseline", {}))
+    lines += [workload, ""] if workload else []
+    lines += ["Client-side: vllm bench serve over HTTP streaming. Server-side: the engine's "
+              "/metrics histograms over the same requests (bucketed).", "",
+              "| model | level | req/s | out tok/s | errors | TTFT p50/p99/max ms | "
+              "TPOT p50/p99 ms | ITL p99 ms | E2E p50/p99 ms | server TTFT p50/p99 ms | "
+              "server TPOT p50/p99 ms |",
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for who, lv in levels:
+        server = lv.get("server", {}).get("latency", {})
+        skipped = f" ({lv['skipped']} not sent)" if lv.get("skipped") else ""
+        lines.append(
+            f"| {who} | {_level_name(lv)} | {lv['request_throughput']:.2f} | "
+            f"{lv['output_throughput']:.1f} | {lv['failed']}{skipped} | "
+            f"{_stats(lv['ttft_ms'], ('p50', 'p99', 'max'))} | {_stats(lv['tpot_ms'])} | "
+            f"{_stats(lv['itl_ms'], ('p99',))} | {_stats(lv['e2el_ms'])} | "
+            f"{_stats(server.get('ttft_ms'))} | {_stats(server.get('tpot_ms'))} |")
+    agree = _agreement_line(levels)
+    lines += ["", agree] if agree else []
+    for who in ("baseline", "candidate"):
+        gen = rec.load.get(who, {}).get("generator")
+        best = max((lv["output_throughput"] for w, lv in levels if w == who), default=0.0)
+        if gen and gen.get("output_throughput"):
+            lines += ["", f"Load generator ceiling ({who} run, zero-work endpoint, "
+                      f"concurrency {gen['concurrency']}): {gen['output_throughput']:.0f} "
+                      f"out tok/s, {gen['request_throughput']:.1f} req/s; the engine's best "
+                      f"level is {best / gen['output_throughput']:.1%} of it."]
+    if rec.plots:
+        lines += ["", *[f"![{name}]({path})" for name, path in rec.plots.items()]]
+    return lines
 
 
 _HEADROOM_ROWS: list[tuple[str, str, Callable[[Any], str]]] = [
@@ -191,20 +268,7 @@ def render_markdown(rec: DecisionRecord) -> str:
             lines.append(f"| {name} | {f['tokens']} | {f['kl_mean']:.4f} | {f['kl_p95']:.4f} | "
                          f"{f['top1_agreement']:.3f} | {f['baseline_perplexity']:.2f} → "
                          f"{f['candidate_perplexity']:.2f} |")
-    lines += ["", "## Load", "",
-              "Client-side: vllm bench serve over HTTP streaming. Server-side: the engine's "
-              "/metrics histograms over the same level (bucketed).", "",
-              "| model | concurrency | out tok/s | TTFT p50/p95 ms | TPOT p50/p95 ms | "
-              "server TTFT p50/p95 ms | server TPOT p50/p95 ms |",
-              "|---|---|---|---|---|---|---|"]
-    for who in ("baseline", "candidate"):
-        for lv in rec.load.get(who, {}).get("levels", []):
-            server = lv.get("server", {}).get("latency", {})
-            lines.append(
-                f"| {who} | {lv['concurrency']} | {lv['output_throughput']:.1f} | "
-                f"{lv['ttft_ms']['p50']:.1f} / {lv['ttft_ms']['p95']:.1f} | "
-                f"{lv['tpot_ms']['p50']:.1f} / {lv['tpot_ms']['p95']:.1f} | "
-                f"{_pair(server.get('ttft_ms'))} | {_pair(server.get('tpot_ms'))} |")
+    lines += _load_lines(rec)
     starts = rec.engine.get("cold_start", {})
     if starts:
         lines += ["", "Cold start (process start → healthy / → first token): " + "; ".join(

@@ -135,7 +135,7 @@ class EngineServer:
             self.process = subprocess.Popen(
                 self.command, stdout=log, stderr=subprocess.STDOUT, env=self._env(),
                 start_new_session=True,  # its own process group, see the module docstring
-                preexec_fn=_die_with_parent,
+                preexec_fn=die_with_parent,
             )
         self._wait_healthy(started)
         self.info.cold_start_s = round(time.perf_counter() - started, 2)
@@ -210,12 +210,12 @@ class EngineServer:
         # start_new_session made the engine a session leader, so its group id is its pid;
         # that stays true after it exits, and reaches workers it left behind.
         pgid = self.process.pid
-        _signal_group(pgid, signal.SIGTERM)
+        signal_group(pgid, signal.SIGTERM)
         try:
             self.process.wait(timeout=grace_s)
         except subprocess.TimeoutExpired:
             pass
-        _signal_group(pgid, signal.SIGKILL)
+        signal_group(pgid, signal.SIGKILL)
         self.process.wait()
         self.process = None
 
@@ -231,7 +231,7 @@ class EngineServer:
         self.stop()
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """In the engine's child process: ask Linux to SIGTERM it when the workbench dies.
 
     Context managers cover every exit Python sees; this covers the one it cannot (the
@@ -244,7 +244,7 @@ def _die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
 
 
-def _signal_group(pgid: int, sig: int) -> None:
+def signal_group(pgid: int, sig: int) -> None:
     try:
         os.killpg(pgid, sig)
     except (ProcessLookupError, PermissionError):

@@ -45,7 +45,7 @@ calibration:
   heldout_samples: 4
 engine: {{max_model_len: 256, enforce_eager: true, kv_cache_space_gib: 1}}
 suites: [arithmetic]
-load: {{concurrency: [1], num_prompts: 2}}
+load: {{profile: one, profiles: {{one: {{concurrency: [1], num_prompts: 2}}}}}}
 gates: {repo}/configs/gates/default.yaml
 """
 

@@ -39,3 +39,28 @@ def test_cost_per_million_tokens_and_per_good_request() -> None:
     assert cost["usd_per_million_output_tokens"] == pytest.approx(10.0)
     assert cost["usd_per_good_request"] == pytest.approx(0.0005)
     assert cost_figures(None, 3.6)["concurrency"] is None
+
+
+def test_requests_past_the_duration_bound_are_in_no_figure() -> None:
+    from workbench.loadtest import SKIPPED
+
+    data = raw([0.1, 0.1, 0.0], [1.1, 1.1, 0.0], [11, 11, 0], ["", "", SKIPPED], 100, 100)
+    figures = slo_figures(data, SLO(ttft_p99_ms=200, tpot_p99_ms=100))
+    assert figures["attainment"] == 1.0 and figures["meets_slo"] is True
+
+
+def test_client_and_server_means_are_compared_within_the_stated_tolerance() -> None:
+    import dataclasses
+
+    from workbench.loadtest import agreement
+
+    lv = level(1, {})
+    lv = dataclasses.replace(lv, ttft_ms={**lv.ttft_ms, "mean": 112.0},
+                             tpot_ms={**lv.tpot_ms, "mean": 30.0},
+                             server={"latency": {"ttft_ms": {"mean": 100.0, "count": 10},
+                                                 "tpot_ms": {"mean": 20.0, "count": 10}}})
+    out = agreement(lv)
+    assert out["ttft"]["within"] is False and out["ttft"]["diff_ms"] == 12.0  # 12% > 10%
+    assert out["tpot"]["within"] is False  # 10 ms apart: above the 5 ms floor and 10%
+    close = dataclasses.replace(lv, ttft_ms={**lv.ttft_ms, "mean": 104.0})
+    assert agreement(close)["ttft"]["within"] is True

@@ -1,13 +1,16 @@
 import json
+from dataclasses import asdict
 from pathlib import Path
 
 from workbench.compare import GateOutcome
+from workbench.loadtest import LevelResult
 from workbench.record import DecisionRecord, write_record
 
 
 def record(decision: str) -> DecisionRecord:
-    level = {"concurrency": 1, "output_throughput": 50.0, "ttft_ms": {"p50": 80.0, "p95": 90.0},
-             "tpot_ms": {"p50": 16.0, "p95": 18.0}}
+    stats = {"p50": 16.0, "p95": 18.0, "p99": 19.0, "max": 20.0, "mean": 16.5}
+    level = asdict(LevelResult(1, 8, 0, 2.0, 4.0, 50.0, {**stats, "p50": 80.0}, stats, stats,
+                               stats, "bench-c1.json", label="c1"))
     summary = {"n": 10, "accuracy": 0.8, "slices": {"addition": {"n": 10, "accuracy": 0.8}}}
     return DecisionRecord(
         decision=decision, candidate="int4", model={"name": "m", "path": "/m"},
@@ -106,9 +109,10 @@ def test_load_section_shows_both_boundaries_slo_cost_and_headroom(tmp_path: Path
     rec.engine["cold_start"] = {"baseline": {"healthy_s": 30.0, "first_token_s": 31.2}}
     _, md_path = write_record(tmp_path, rec)
     md = md_path.read_text()
-    assert "| 100.0 / 150.0 | 100.0 / 150.0 |" in md  # server-side TTFT and TPOT columns
+    assert "| 100.0 / 160.0 | 100.0 / 160.0 |" in md  # server-side TTFT and TPOT columns
+    assert "| baseline | c1 | 4.00 | 50.0 | 0 | 80.0 / 19.0 / 20.0 | 16.0 / 19.0 |" in md
     assert "SLO: TTFT p99 ≤ 1000 ms, TPOT p99 ≤ 100 ms." in md
-    assert "| baseline | 1 | yes | 1.500 | 0.90 |" in md and "| candidate | 1 | no |" in md
+    assert "| baseline | c1 | yes | 1.500 | 0.90 |" in md and "| candidate | c1 | no |" in md
     assert "$0.52 per million output tokens" in md
     assert "Cost (candidate): no load level met the SLO." in md
     assert "| KV cache capacity | 93,184 tokens | 186,368 tokens |" in md
