@@ -91,3 +91,28 @@ def test_inconclusive_without_failures_is_inconclusive() -> None:
                 GateOutcome("c", "not_applicable", "")]
     assert decide(outcomes) == "inconclusive"
     assert decide([GateOutcome("c", "not_applicable", "")]) == "reject"  # nothing judged
+
+
+def test_slo_attainment_and_memory_floors_gate_as_ratios() -> None:
+    import dataclasses
+
+    from workbench.gates import MemoryGate
+
+    policy = GatePolicy(latency=[LatencyGate(metric="slo_attainment", min_ratio=0.95)],
+                        memory=[MemoryGate(metric="kv_cache_tokens", min_ratio=1.0),
+                                MemoryGate(metric="weights_bytes", max_ratio=0.5)])
+    base = LoadResult("client", {}, [dataclasses.replace(level(1, 10.0, 100.0),
+                                                         slo={"attainment": 1.0})])
+    cand = LoadResult("client", {}, [dataclasses.replace(level(1, 10.0, 100.0),
+                                                         slo={"attainment": 0.9})])
+    room = {"kv_cache_tokens": 1000, "weights_bytes": 400}
+    outcomes = evaluate_gates(policy, {}, {}, base, cand, "cpu", 0, room,
+                              {"kv_cache_tokens": 2000, "weights_bytes": 100})
+    status = {o.gate: o.status for o in outcomes}
+    assert status["latency:slo_attainment:min_ratio@c1"] == "fail"  # 0.9 < 0.95
+    assert status["memory:kv_cache_tokens:min_ratio"] == "pass"
+    assert status["memory:weights_bytes:max_ratio"] == "pass"  # 0.25 <= 0.5
+    # no SLO declared, no headroom measured: both fail closed
+    bare = evaluate_gates(policy, {}, {}, LoadResult("client", {}, [level(1, 1.0, 1.0)]),
+                          LoadResult("client", {}, [level(1, 1.0, 1.0)]), "cpu", 0, {}, {})
+    assert all(o.status == "fail" for o in bare)
