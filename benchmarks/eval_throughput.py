@@ -28,7 +28,7 @@ sys.path.insert(0, str(REPO))
 from workbench.config import LoadProfile, load_config  # noqa: E402
 from workbench.evaluate.runner import run_suite  # noqa: E402
 from workbench.evaluate.suites import load_suite  # noqa: E402
-from workbench.loadtest import run_load_test  # noqa: E402
+from workbench.loadtest import level_requests, run_load_test  # noqa: E402
 from workbench.serve import EngineServer  # noqa: E402
 
 _COUNTER = re.compile(r"^vllm:(generation|prompt)_tokens_total\{[^}]*\} ([0-9.e+]+)$", re.M)
@@ -64,8 +64,11 @@ def main() -> None:
         output_len = max(1, round(generated / len(items)))
         eval_rate = generated / suite_s
         profile = LoadProfile(concurrency=[args.concurrency], num_prompts=len(items),
-                              input_len=prompt_len, output_len=output_len, warmup_prompts=4)
-        load = run_load_test(server.base_url, "m", model_dir, profile, Path(tmp) / "load")
+                              prompt_tokens=prompt_len, output_tokens=output_len,
+                              warmup_prompts=4)
+        load = run_load_test(server.base_url, "m", model_dir, profile, Path(tmp) / "load",
+                             level_requests(profile, None, cfg.engine.max_model_len),
+                             ceiling=False)
         load_rate = load.levels[0].output_throughput
     print(f"model {model_dir.name}, device {server.device}, concurrency {args.concurrency}")
     print(f"suite {suite.name}: {len(items)} items in {suite_s:.1f} s, {generated:.0f} tokens "
