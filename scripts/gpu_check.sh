@@ -13,7 +13,9 @@
 #   wheels, which `prepare` puts in .gpu/wheels with the default model's config and
 #   tokenizer (its weights do not fit what such a machine is sent; random weights of the
 #   same shapes stand in, and MODEL_DIR=/path/to/model uses real ones).
-# summary.txt in $OUT says which parts ran and how each ended.
+# summary.txt in $OUT says which parts ran and how each ended. CONFIG picks another config,
+# CANDIDATES (part B) a subset; GPU_CHECK_PART=A|B and GPU_CHECK_ALLOW_CPU=1 test the
+# script on a machine without a GPU.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 REPO=$PWD
@@ -61,15 +63,19 @@ PART=${GPU_CHECK_PART:-auto}   # A or B to choose, for a test of the script
 if [ "$PART" = A ] || { [ "$PART" = auto ] && have_vllm; }; then
   say "vLLM found: part A, the main job and the load sweep on the default model"
   WB=${WORKBENCH:-$REPO/.venv/bin/workbench}
+  if [ ! -x "$WB" ]; then
+    say "no workbench at $WB: run scripts/setup.sh on this host first; part A not run"
+    exit 1
+  fi
   if "$PY" -c 'import vllm' 2>/dev/null; then export WORKBENCH_ENGINE_PYTHON=${WORKBENCH_ENGINE_PYTHON:-$(command -v "$PY")}; fi
   t0=$(date +%s)
-  "$WB" evaluate --config configs/gpu.yaml --candidate int4 --runs-dir "$OUT/runs" > "$OUT/main_job.log" 2>&1
+  "$WB" evaluate --config "${CONFIG:-configs/gpu.yaml}" --candidate int4 --runs-dir "$OUT/runs" > "$OUT/main_job.log" 2>&1
   rc=$?
   say "main job: exit $rc ($(( $(date +%s) - t0 )) s; 0 promote, 1 reject/inconclusive, 2 input, 3 infrastructure)"
   cp "$OUT"/runs/*/decision.md "$OUT/decision.md" 2>/dev/null
   [ "$rc" -le 1 ] || status=1
   t0=$(date +%s)
-  "$REPO/.venv/bin/python" benchmarks/load_sweep.py --config configs/gpu.yaml \
+  "$REPO/.venv/bin/python" benchmarks/load_sweep.py --config "${CONFIG:-configs/gpu.yaml}" \
     --candidates int4,fp8,kv-fp8 --out "$OUT/sweep" > "$OUT/load_sweep.md" 2> "$OUT/load_sweep.log"
   rc=$?
   say "load sweep: exit $rc ($(( $(date +%s) - t0 )) s), tables in load_sweep.md"

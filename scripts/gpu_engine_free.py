@@ -36,6 +36,17 @@ def log(text: str) -> None:
     print(f"[gpu_engine_free] {text}", flush=True)
 
 
+def progress_printer(name: str):
+    """The quantise stage reports its phase repeatedly while it lasts: print each once."""
+    last = [""]
+
+    def show(step: str) -> None:
+        if step != last[0]:
+            last[0] = step
+            log(f"{name}: {step}")
+    return show
+
+
 def random_model(shape_dir: Path, out: Path, device: str) -> Path:
     """The default model's architecture with seeded random weights, saved as bf16."""
     import torch
@@ -129,7 +140,7 @@ def main() -> int:
         entry: dict = {}
         try:
             q = quantize(cfg, name, model_dir, digest, out / f"quantize-{name}.log",
-                         on_progress=lambda step, n=name: log(f"{n}: {step}"))
+                         on_progress=progress_printer(name))
             m = q.manifest
             entry = {"source": q.source, "format": m.get("format", {}).get("label"),
                      "wall_time_s": m.get("wall_time_s"), "oneshot_s": m.get("oneshot_s"),
