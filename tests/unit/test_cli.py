@@ -139,3 +139,21 @@ def test_an_unexpected_crash_exits_3_not_the_reject_code(monkeypatch) -> None:
     result = run("evaluate", "--config", str(DEFAULT), "--candidate", "int4")
     assert result.exit_code == 3
     assert "unexpected ValueError: metric name 'x+' is not allowed" in result.output
+
+
+def test_a_bad_trace_in_any_profile_fails_validate_and_evaluate_before_work(
+        tmp_path: Path) -> None:
+    (tmp_path / "t.jsonl").write_text('{"arrival_s": 0, "prompt_tokens": 10, '
+                                      '"output_tokens": 5}\n{"arrival_s": 1}\n')
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(DEFAULT.read_text().replace("trace: ../load_traces/example.jsonl",
+                                               f"trace: {tmp_path / 't.jsonl'}")
+                   .replace("gates: gates/default.yaml",
+                            f"gates: {REPO / 'configs' / 'gates' / 'default.yaml'}"))
+    result = run("validate", "--config", str(cfg))  # `replay` is not the selected profile
+    assert result.exit_code == 2
+    assert f"{tmp_path / 't.jsonl'}:2: prompt_tokens must be a whole number" in result.output
+    result = run("evaluate", "--config", str(cfg), "--candidate", "int4", "--load-profile",
+                 "replay", "--runs-dir", str(tmp_path / "runs"))
+    assert result.exit_code == 2 and "t.jsonl:2:" in result.output
+    assert not (tmp_path / "runs").exists()  # nothing written half-way
