@@ -203,6 +203,10 @@ def _load_lines(rec: DecisionRecord) -> list[str]:
             f"{_stats(server.get('ttft_ms'))} | {_stats(server.get('tpot_ms'))} |")
     agree = _agreement_line(levels)
     lines += ["", agree] if agree else []
+    if rec.device.get("kind") == "cpu":
+        lines += ["", "On a CPU the load generator, the API server and the engine share cores, "
+                  "so client-side inter-token gaps are bursty: read TPOT and ITL from the "
+                  "server-side columns (docs/load.md)."]
     for who in ("baseline", "candidate"):
         gen = rec.load.get(who, {}).get("generator")
         best = max((lv["output_throughput"] for w, lv in levels if w == who), default=0.0)
