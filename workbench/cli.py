@@ -219,6 +219,11 @@ def validate(config_path: str, all_suites: bool) -> int:
             check()
         except InputError as err:
             problems += err.problems
+    if not problems:  # the gates against the suites this config runs
+        from .pipeline import policy_problems
+
+        problems += policy_problems(load_gate_policy(cfg.resolve(cfg.gates)),
+                                    cfg.resolve(cfg.gates), [load_suite(n) for n in cfg.suites])
     if problems:
         raise InputError(problems[0], problems)
     console.print(f"[green]ok[/]: {path} — {len(cfg.candidates)} candidate(s), "

@@ -14,12 +14,20 @@ from typing import Literal
 import numpy as np
 from scipy import stats
 
-from .evaluate.runner import SuiteResult
-from .gates import LATENCY_METRICS, GatePolicy, LatencyGate, MemoryGate, QualityGate
+from .evaluate.runner import ItemResult, SuiteResult
+from .gates import (
+    LATENCY_METRICS,
+    FidelityGate,
+    GatePolicy,
+    LatencyGate,
+    MemoryGate,
+    QualityGate,
+    SLOGate,
+)
 from .loadtest import LevelResult, LoadResult
 
-__all__ = ["GateOutcome", "PairedDelta", "count_flips", "decide", "evaluate_gates",
-           "paired_delta", "paired_scores"]
+__all__ = ["Evidence", "GateOutcome", "PairedDelta", "count_flips", "decide", "evaluate_gates",
+           "holm_adjust", "paired_delta", "paired_scores"]
 
 Status = Literal["pass", "fail", "inconclusive", "not_applicable"]
 
@@ -37,6 +45,7 @@ class PairedDelta:
     flips_to_wrong: int  # right in baseline, wrong in candidate
     flips_to_right: int
     mcnemar_p: float
+    p_inferior: float = math.nan  # one-sided bootstrap p of delta <= -margin
 
 
 @dataclass(frozen=True)
@@ -54,22 +63,31 @@ def count_flips(base: np.ndarray, cand: np.ndarray) -> tuple[int, int]:
     return int(np.sum((base == 1) & (cand == 0))), int(np.sum((base == 0) & (cand == 1)))
 
 
+def _bootstrap_means(d: np.ndarray, confidence: float, resamples: int, seed: int
+                     ) -> tuple[float, float, np.ndarray]:
+    """Percentile interval of the mean paired difference, and the resampled means."""
+    if np.all(d == d[0]):  # every pair moved alike: the interval is that point
+        return float(d[0]), float(d[0]), np.full(1, d[0])
+    res = stats.bootstrap((d,), np.mean, confidence_level=confidence, n_resamples=resamples,
+                          method="percentile", random_state=np.random.default_rng(seed))
+    return (float(res.confidence_interval.low), float(res.confidence_interval.high),
+            np.asarray(res.bootstrap_distribution))
+
+
 def paired_delta(base: list[float], cand: list[float], confidence: float, resamples: int,
-                 seed: int) -> PairedDelta:
+                 seed: int, margin: float | None = None) -> PairedDelta:
     b, c = np.asarray(base, dtype=float), np.asarray(cand, dtype=float)
     d = c - b
-    if np.all(d == d[0]):  # every pair moved alike: the interval is that point
-        low = high = float(d[0])
-    else:
-        res = stats.bootstrap((d,), np.mean, confidence_level=confidence, n_resamples=resamples,
-                              method="percentile", random_state=np.random.default_rng(seed))
-        low, high = float(res.confidence_interval.low), float(res.confidence_interval.high)
+    low, high, means = _bootstrap_means(d, confidence, resamples, seed)
     to_wrong, to_right = count_flips(b, c)
     discordant = to_wrong + to_right
     p = stats.binomtest(to_right, discordant, 0.5).pvalue if discordant else 1.0
+    # one-sided: how often the resampled mean falls at or below the margin (H0: inferior)
+    p_inferior = float(np.mean(means <= -margin)) if margin is not None else math.nan
     return PairedDelta(n=len(d), baseline=float(b.mean()), candidate=float(c.mean()),
                        delta=float(d.mean()), ci_low=low, ci_high=high,
-                       flips_to_wrong=to_wrong, flips_to_right=to_right, mcnemar_p=float(p))
+                       flips_to_wrong=to_wrong, flips_to_right=to_right, mcnemar_p=float(p),
+                       p_inferior=p_inferior)
 
 
 def non_inferiority(delta: PairedDelta, margin: float) -> Status:
@@ -80,38 +98,114 @@ def non_inferiority(delta: PairedDelta, margin: float) -> Status:
     return "inconclusive"
 
 
-def paired_scores(base: SuiteResult, cand: SuiteResult, slice_name: str | None = None
-                  ) -> tuple[list[float], list[float]]:
-    """Both runs' scores on the items both answered (in a slice, if named), by id."""
-    b = {i.id: i for i in base.items if slice_name is None or slice_name in i.slices}
-    c = {i.id: i for i in cand.items if slice_name is None or slice_name in i.slices}
+def holm_adjust(pvalues: list[float]) -> list[float]:
+    """Holm's step-down adjustment, in the input order (written here: four lines that
+    scipy has no function for; statsmodels, which has, is not a dependency)."""
+    order = sorted(range(len(pvalues)), key=lambda i: pvalues[i])
+    adjusted, running = [0.0] * len(pvalues), 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (len(pvalues) - rank) * pvalues[i]))
+        adjusted[i] = running
+    return adjusted
+
+
+def _item_value(item: ItemResult, metric: str) -> float | None:
+    return item.score if metric == "score" else item.checks.get(metric)
+
+
+def paired_scores(base: SuiteResult, cand: SuiteResult, slice_name: str | None = None,
+                  metric: str = "score") -> tuple[list[float], list[float]]:
+    """Both runs' values on the items both answered (in a slice, if named), by id."""
+    def values(r: SuiteResult) -> dict[str, float]:
+        return {i.id: v for i in r.items if slice_name is None or slice_name in i.slices
+                if (v := _item_value(i, metric)) is not None}
+
+    b, c = values(base), values(cand)
     common = sorted(b.keys() & c.keys())
-    return [b[k].score for k in common], [c[k].score for k in common]
+    return [b[k] for k in common], [c[k] for k in common]
 
 
-def _quality_outcomes(gate: QualityGate, base: SuiteResult | None, cand: SuiteResult | None,
-                      policy: GatePolicy, seed: int) -> list[GateOutcome]:
-    name = f"quality:{gate.suite}"
+@dataclass
+class _PairedCheck:
+    label: str
+    margin: float
+    delta: PairedDelta | None = None
+    outcome: GateOutcome | None = None  # decided without a test (missing, too small)
+
+
+def _paired_checks(section: str, gate: QualityGate, base: SuiteResult | None,
+                   cand: SuiteResult | None, policy: GatePolicy, seed: int
+                   ) -> tuple[list[_PairedCheck], list[GateOutcome]]:
+    """The tests a paired gate asks for (overall, each slice), and its floors' outcomes."""
+    name = f"{section}:{gate.suite}" + (f".{gate.metric}" if gate.metric != "score" else "")
     if base is None or cand is None:
-        return [GateOutcome(name, "fail", "suite results missing (fail closed)")]
-    checks: list[tuple[str, str | None, float]] = [(name, None, gate.max_drop)]
-    if gate.slice_max_drop is not None:
-        for s, info in base.slices.items():
-            if info["n"] >= gate.min_slice_items:
-                checks.append((f"{name}[{s}]", s, gate.slice_max_drop))
-    outcomes = []
-    for label, slice_name, margin in checks:
-        b, c = paired_scores(base, cand, slice_name)
-        if not b:
-            outcomes.append(GateOutcome(label, "fail", "no paired items (fail closed)"))
+        missing = "baseline" if base is None else "candidate"
+        return [], [GateOutcome(name, "fail", f"{missing} results of suite {gate.suite!r} "
+                                "missing (fail closed)")]
+    checks = [_PairedCheck(name, gate.max_drop)]
+    floors: list[GateOutcome] = []
+    slices = [(s, info["n"]) for s, info in base.slices.items()] if gate.slice_max_drop else []
+    for s, n in slices:
+        label = f"{name}[{s}]"
+        if n < gate.min_slice_items:
+            checks.append(_PairedCheck(label, gate.slice_max_drop or 0.0, outcome=GateOutcome(
+                label, "not_applicable", f"too small to decide: n={n} < min_slice_items "
+                f"{gate.min_slice_items}")))
+        else:
+            checks.append(_PairedCheck(label, gate.slice_max_drop or 0.0))
+    for check in checks:
+        if check.outcome is not None:
             continue
-        d = paired_delta(b, c, policy.confidence, policy.bootstrap_resamples, seed)
-        status = non_inferiority(d, margin)
-        detail = (f"accuracy {d.baseline:.3f} -> {d.candidate:.3f}, delta {d.delta:+.3f} "
-                  f"[{d.ci_low:+.3f}, {d.ci_high:+.3f}] vs margin -{margin:.3f}; "
+        slice_name = check.label[len(name) + 1:-1] if check.label != name else None
+        b, c = paired_scores(base, cand, slice_name, gate.metric)
+        if not b:
+            check.outcome = GateOutcome(check.label, "fail", f"no paired items with "
+                                        f"{gate.metric!r} (fail closed)")
+            continue
+        check.delta = paired_delta(b, c, policy.confidence, policy.bootstrap_resamples, seed,
+                                   check.margin)
+    overall = checks[0].delta
+    if overall is not None and gate.min_recovery is not None:
+        ratio = overall.candidate / overall.baseline if overall.baseline > 0 else math.nan
+        floors.append(GateOutcome(
+            f"{name}:recovery", "pass" if ratio >= gate.min_recovery else "fail",
+            f"candidate/baseline {overall.candidate:.3f}/{overall.baseline:.3f} = {ratio:.3f} "
+            f"(min {gate.min_recovery})", gate.min_recovery, ratio))
+    if overall is not None and gate.min_value is not None:
+        floors.append(GateOutcome(
+            f"{name}:floor", "pass" if overall.candidate >= gate.min_value else "fail",
+            f"candidate {gate.metric} {overall.candidate:.3f} (min {gate.min_value})",
+            gate.min_value, overall.candidate))
+    return checks, floors
+
+
+def _judge_paired(checks: list[_PairedCheck], policy: GatePolicy) -> list[GateOutcome]:
+    """Each test's outcome: by its interval, or by Holm-adjusted one-sided p-values across
+    every paired test of the policy when it asks for that."""
+    tested = [c for c in checks if c.delta is not None]
+    adjusted = holm_adjust([c.delta.p_inferior for c in tested if c.delta]) \
+        if policy.multiple_comparisons == "holm" else None
+    alpha = (1 - policy.confidence) / 2
+    outcomes = []
+    for check in checks:
+        if check.outcome is not None:
+            outcomes.append(check.outcome)
+            continue
+        d = check.delta
+        assert d is not None
+        status = non_inferiority(d, check.margin)
+        extra = ""
+        if adjusted is not None:
+            p_adj = adjusted[tested.index(check)]
+            extra = f", Holm-adjusted p={p_adj:.3g} (alpha {alpha:.3g})"
+            status = "pass" if p_adj <= alpha else ("fail" if status == "fail"
+                                                    else "inconclusive")
+        detail = (f"{d.baseline:.3f} -> {d.candidate:.3f}, delta {d.delta:+.3f} "
+                  f"[{d.ci_low:+.3f}, {d.ci_high:+.3f}] vs margin -{check.margin:.3f}; "
                   f"flips {d.flips_to_wrong} lost / {d.flips_to_right} gained, "
-                  f"McNemar p={d.mcnemar_p:.3g}, n={d.n}")
-        outcomes.append(GateOutcome(label, status, detail, -margin, d.delta, asdict(d)))
+                  f"McNemar p={d.mcnemar_p:.3g}, n={d.n}{extra}")
+        outcomes.append(GateOutcome(check.label, status, detail, -check.margin, d.delta,
+                                    asdict(d)))
     return outcomes
 
 
@@ -170,27 +264,106 @@ def _latency_outcomes(gate: LatencyGate, base: LoadResult | None, cand: LoadResu
     return outcomes
 
 
-def evaluate_gates(policy: GatePolicy, base_suites: dict[str, SuiteResult],
-                   cand_suites: dict[str, SuiteResult], base_load: LoadResult | None,
-                   cand_load: LoadResult | None, device: str, seed: int,
-                   base_headroom: dict | None = None, cand_headroom: dict | None = None
-                   ) -> list[GateOutcome]:
-    outcomes: list[GateOutcome] = []
-    for q in policy.quality:
-        outcomes += _quality_outcomes(q, base_suites.get(q.suite), cand_suites.get(q.suite),
-                                      policy, seed)
+@dataclass(frozen=True)
+class Evidence:
+    """Everything the gates judge, for one candidate against its baseline."""
+
+    base_suites: dict[str, SuiteResult]
+    cand_suites: dict[str, SuiteResult]
+    base_load: LoadResult | None
+    cand_load: LoadResult | None
+    device: str
+    base_headroom: dict = field(default_factory=dict)
+    cand_headroom: dict = field(default_factory=dict)
+    fidelity: dict = field(default_factory=dict)  # suite -> FidelityResult dict
+
+
+def _fidelity_outcomes(gate: FidelityGate, ev: Evidence) -> list[GateOutcome]:
+    name = f"fidelity:{gate.suite}"
+    out = []
+    token_level = ev.fidelity.get(gate.suite)
+    for key, bound, better in (("kl_mean", gate.max_kl_mean, "max"),
+                               ("top1_agreement", gate.min_top1_agreement, "min")):
+        if bound is None:
+            continue
+        value = token_level.get(key) if token_level else None
+        if value is None:
+            out.append(GateOutcome(f"{name}:{key}", "fail", f"{key} of {gate.suite!r} not "
+                                   "measured (fail closed)"))
+            continue
+        ok = value <= bound if better == "max" else value >= bound
+        out.append(GateOutcome(f"{name}:{key}", "pass" if ok else "fail",
+                               f"{key} {value:.4f} ({better} {bound})", bound, value))
+    if gate.max_flip_rate is not None:
+        base, cand = ev.base_suites.get(gate.suite), ev.cand_suites.get(gate.suite)
+        b, c = paired_scores(base, cand) if base and cand else ([], [])
+        if not b:
+            out.append(GateOutcome(f"{name}:flip_rate", "fail", f"no paired items of "
+                                   f"{gate.suite!r} (fail closed)"))
+        else:
+            lost, gained = count_flips(np.asarray(b), np.asarray(c))
+            rate = (lost + gained) / len(b)
+            out.append(GateOutcome(
+                f"{name}:flip_rate", "pass" if rate <= gate.max_flip_rate else "fail",
+                f"{lost} lost + {gained} gained of {len(b)} = {rate:.3f} "
+                f"(max {gate.max_flip_rate})", gate.max_flip_rate, rate,
+                {"lost": lost, "gained": gained, "paired": len(b)}))
+    return out
+
+
+def _slo_outcome(gate: SLOGate, ev: Evidence) -> GateOutcome:
+    where = gate.level or "heaviest"
+    name = f"slo@{where}"
+    if ev.device not in gate.devices:
+        return GateOutcome(name, "not_applicable", f"judges {', '.join(gate.devices)} "
+                           f"measurements; this run is {ev.device}")
+    levels = ev.cand_load.levels if ev.cand_load else []
+    level = (levels[-1] if levels else None) if gate.level is None else next(
+        (lv for lv in levels if lv.key == gate.level), None)
+    if level is None or not level.slo:
+        return GateOutcome(name, "fail", f"no SLO figures at level {where} (fail closed: "
+                           "the load profile must declare an SLO and run that level)")
+    problems = [] if level.slo.get("meets_slo") else [
+        f"p99 TTFT {level.ttft_ms['p99']:.0f} ms / TPOT {level.tpot_ms['p99']:.1f} ms vs "
+        f"{level.slo['ttft_p99_ms']:.0f} / {level.slo['tpot_p99_ms']:.0f}"
+        + (f", {level.failed} failed" if level.failed else "")]
+    if gate.min_attainment is not None and level.slo["attainment"] < gate.min_attainment:
+        problems.append(f"attainment {level.slo['attainment']:.3f} < {gate.min_attainment}")
+    detail = (f"candidate at {level.key}: " + ("; ".join(problems) if problems else
+              f"meets the SLO, attainment {level.slo['attainment']:.3f}"))
+    return GateOutcome(f"slo@{level.key}", "fail" if problems else "pass", detail,
+                       gate.min_attainment, level.slo["attainment"], dict(level.slo))
+
+
+def evaluate_gates(policy: GatePolicy, ev: Evidence, seed: int) -> list[GateOutcome]:
+    """Every gate of the policy, judged on the evidence: pass, fail, inconclusive or
+    not_applicable, each with what it saw."""
+    checks: list[_PairedCheck] = []
+    floors: list[GateOutcome] = []
+    for section, gate in policy.paired():
+        c, f = _paired_checks(section, gate, ev.base_suites.get(gate.suite),
+                              ev.cand_suites.get(gate.suite), policy, seed)
+        checks += c
+        floors += f
+    outcomes = _judge_paired(checks, policy) + floors
+    for fid in policy.fidelity:
+        outcomes += _fidelity_outcomes(fid, ev)
     for lat in policy.latency:
-        outcomes += _latency_outcomes(lat, base_load, cand_load, device)
+        outcomes += _latency_outcomes(lat, ev.base_load, ev.cand_load, ev.device)
+    for slo in policy.slo:
+        outcomes.append(_slo_outcome(slo, ev))
     for mem in policy.memory:
-        outcomes.append(_memory_outcome(mem, base_headroom or {}, cand_headroom or {}))
+        outcomes.append(_memory_outcome(mem, ev.base_headroom, ev.cand_headroom))
     return outcomes
 
 
-def decide(outcomes: list[GateOutcome]) -> Literal["promote", "reject", "inconclusive"]:
-    """Reject on any failure; promote only when every applicable gate passed."""
+def decide(outcomes: list[GateOutcome], inconclusive_blocks: bool = True
+           ) -> Literal["promote", "reject", "inconclusive"]:
+    """Reject on any failure (or when nothing was judged); promote when every applicable
+    gate passed, or when the rest are inconclusive and the policy lets that through."""
     judged = [o for o in outcomes if o.status != "not_applicable"]
     if not judged or any(o.status == "fail" for o in judged):
         return "reject"
-    if any(o.status == "inconclusive" for o in judged):
+    if inconclusive_blocks and any(o.status == "inconclusive" for o in judged):
         return "inconclusive"
     return "promote"

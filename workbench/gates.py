@@ -10,8 +10,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from .config import format_validation_error, read_yaml
 from .errors import InputError
 
-__all__ = ["LATENCY_METRICS", "MEMORY_METRICS", "GatePolicy", "LatencyGate", "MemoryGate",
-           "QualityGate", "load_gate_policy"]
+__all__ = ["LATENCY_METRICS", "MEMORY_METRICS", "FidelityGate", "GatePolicy", "LatencyGate",
+           "MemoryGate", "QualityGate", "SLOGate", "load_gate_policy"]
 
 # Metrics a latency gate may name: (LevelResult field, statistic) pairs, plus throughput.
 LATENCY_METRICS = {
@@ -37,14 +37,49 @@ class _Strict(BaseModel):
 
 
 class QualityGate(_Strict):
-    """Non-inferiority of the candidate's accuracy on a suite, overall and per slice."""
+    """Non-inferiority of the candidate on a suite, overall and per slice: the paired
+    interval of (candidate - baseline) must lie above -max_drop."""
 
     suite: str
-    max_drop: float = Field(ge=0, le=1, description="Largest tolerated accuracy loss, overall")
+    metric: str = Field(default="score", description="score (the suite's per-item score), "
+                        "or a per-item check: refused, schema_valid, parses, ...")
+    max_drop: float = Field(ge=0, le=1, description="Largest tolerated loss, overall")
     slice_max_drop: float | None = Field(
         default=None, ge=0, le=1, description="Largest tolerated loss in any slice"
     )
-    min_slice_items: int = Field(default=10, ge=1, description="Smaller slices are not gated")
+    min_slice_items: int = Field(default=10, ge=1, description="Smaller slices are reported "
+                                                               "as too small to decide")
+    min_recovery: float | None = Field(
+        default=None, gt=0, le=2, description="candidate / baseline mean, overall, at least")
+    min_value: float | None = Field(
+        default=None, ge=0, le=1, description="The candidate's own mean, at least (a floor)")
+
+
+class FidelityGate(_Strict):
+    """How closely the candidate follows the baseline: token-level KL and top-1 agreement
+    on a fidelity suite, or the share of items whose correctness flipped on any suite."""
+
+    suite: str
+    max_kl_mean: float | None = Field(default=None, gt=0)
+    min_top1_agreement: float | None = Field(default=None, gt=0, le=1)
+    max_flip_rate: float | None = Field(default=None, ge=0, le=1,
+                                        description="(lost + gained) / paired items")
+
+    @model_validator(mode="after")
+    def _something(self) -> FidelityGate:
+        if self.max_kl_mean is None and self.min_top1_agreement is None and \
+                self.max_flip_rate is None:
+            raise ValueError("give max_kl_mean, min_top1_agreement or max_flip_rate")
+        return self
+
+
+class SLOGate(_Strict):
+    """The candidate holds the load profile's SLO (p99 TTFT and TPOT, no error) at a level,
+    and serves enough of its requests within it."""
+
+    level: str | None = Field(default=None, description="e.g. c8 or r4; default the heaviest")
+    min_attainment: float | None = Field(default=None, ge=0, le=1)
+    devices: list[Literal["cpu", "cuda"]] = Field(default=["cpu", "cuda"])
 
 
 class LatencyGate(_Strict):
@@ -83,9 +118,25 @@ class MemoryGate(_Strict):
 class GatePolicy(_Strict):
     confidence: float = Field(default=0.95, gt=0.5, lt=1)
     bootstrap_resamples: int = Field(default=10000, ge=1000)
+    inconclusive_blocks: bool = Field(default=True, description="An inconclusive gate makes "
+                                      "the decision inconclusive (exit 1); false: it is reported "
+                                      "and does not block")
+    multiple_comparisons: Literal["none", "holm"] = Field(
+        default="none", description="holm: the paired tests' one-sided p-values are "
+                                    "Holm-adjusted across every paired gate before judging")
     quality: list[QualityGate] = Field(default_factory=list)
+    safety: list[QualityGate] = Field(default_factory=list, description="Paired like quality, "
+                                      "on safety suites (score: the right refusal behaviour)")
+    structured: list[QualityGate] = Field(default_factory=list)
+    fidelity: list[FidelityGate] = Field(default_factory=list)
     latency: list[LatencyGate] = Field(default_factory=list)
+    slo: list[SLOGate] = Field(default_factory=list)
     memory: list[MemoryGate] = Field(default_factory=list)
+
+    def paired(self) -> list[tuple[str, QualityGate]]:
+        """Every paired non-inferiority gate with its section name."""
+        return ([("quality", g) for g in self.quality] + [("safety", g) for g in self.safety]
+                + [("structured", g) for g in self.structured])
 
 
 def load_gate_policy(path: Path) -> GatePolicy:

@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from .compare import count_flips, decide, evaluate_gates, paired_scores
+from .compare import Evidence, count_flips, decide, evaluate_gates, paired_scores
 from .config import DEFAULT_PRICE_PER_HOUR, RunConfig
 from .digests import folder_digest
 from .errors import InputError
@@ -87,13 +87,20 @@ def build_problems(cfg: RunConfig, candidate: str, model_dir: Path) -> list[str]
     return problems
 
 
+def policy_problems(policy: GatePolicy, path: Path, suites: list[Suite]) -> list[str]:
+    """Gates that name a suite the config does not run (a guided run counts by its name)."""
+    names = {run for s in suites for run, _ in s.spec.runs()}
+    named = [(section, g.suite) for section, g in policy.paired()] + [
+        ("fidelity", g.suite) for g in policy.fidelity]
+    return [f"{path}: {section} gate names suite {suite!r}, which the config does not run "
+            f"(runs: {', '.join(sorted(names))})" for section, suite in named
+            if suite not in names]
+
+
 def plan(cfg: RunConfig, candidate: str, device: str | None = None) -> Plan:
     p = Plan(cfg, candidate, device)
     problems = model_problems(cfg, p.model_dir)
-    names = {s.name for s in p.suites}
-    problems += [f"{cfg.resolve(cfg.gates)}: quality gate names suite {g.suite!r}, which the "
-                 f"config does not run (suites: {', '.join(sorted(names))})"
-                 for g in p.policy.quality if g.suite not in names]
+    problems += policy_problems(p.policy, cfg.resolve(cfg.gates), p.suites)
     problems += build_problems(cfg, candidate, p.model_dir)
     if not problems:
         unsupported = serving_problem(cfg, candidate, p.device)
@@ -263,10 +270,12 @@ def _plots(p: Plan, base: Measurement, cand: Measurement, run_dir: Path) -> dict
 
 def build_record(p: Plan, q: QuantizeResult, base: Measurement, cand: Measurement,
                  run_dir: Path, device: str, reused: dict, tracker: Tracker) -> DecisionRecord:
-    outcomes = evaluate_gates(p.policy, base.suites, cand.suites, base.load, cand.load,
-                              device, p.cfg.seed, base.headroom, cand.headroom)
+    fidelity = fidelity_results(p, run_dir)
+    evidence = Evidence(base.suites, cand.suites, base.load, cand.load, device, base.headroom,
+                        cand.headroom, fidelity)
+    outcomes = evaluate_gates(p.policy, evidence, p.cfg.seed)
     return DecisionRecord(
-        decision=decide(outcomes),
+        decision=decide(outcomes, p.policy.inconclusive_blocks),
         candidate=p.candidate_name,
         model={"name": p.cfg.model.name, "path": str(p.model_dir),
                "digest": p.model_digest,
@@ -274,7 +283,7 @@ def build_record(p: Plan, q: QuantizeResult, base: Measurement, cand: Measuremen
         device=host_facts(device),
         gates=outcomes,
         suites=_paired_summaries(base, cand),
-        fidelity=fidelity_results(p, run_dir),
+        fidelity=fidelity,
         load={"baseline": base.load.to_dict(), "candidate": cand.load.to_dict()},
         headroom={"baseline": base.headroom, "candidate": cand.headroom},
         cost={role: _cost(p, m.load) for role, m in (("baseline", base), ("candidate", cand))},

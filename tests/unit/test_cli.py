@@ -146,7 +146,7 @@ def test_a_bad_trace_in_any_profile_fails_validate_and_evaluate_before_work(
     (tmp_path / "t.jsonl").write_text('{"arrival_s": 0, "prompt_tokens": 10, '
                                       '"output_tokens": 5}\n{"arrival_s": 1}\n')
     cfg = tmp_path / "c.yaml"
-    cfg.write_text(DEFAULT.read_text().replace("trace: ../load_traces/example.jsonl",
+    cfg.write_text(DEFAULT.read_text().replace("trace: load_traces/example.jsonl",
                                                f"trace: {tmp_path / 't.jsonl'}")
                    .replace("gates: gates/default.yaml",
                             f"gates: {REPO / 'configs' / 'gates' / 'default.yaml'}"))
@@ -157,3 +157,13 @@ def test_a_bad_trace_in_any_profile_fails_validate_and_evaluate_before_work(
                  "replay", "--runs-dir", str(tmp_path / "runs"))
     assert result.exit_code == 2 and "t.jsonl:2:" in result.output
     assert not (tmp_path / "runs").exists()  # nothing written half-way
+
+
+def test_a_gate_naming_a_suite_the_config_does_not_run_exits_2(tmp_path: Path) -> None:
+    gates = tmp_path / "g.yaml"
+    gates.write_text("safety:\n  - suite: harmbench\n    max_drop: 0.1\n")
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(DEFAULT.read_text().replace("gates: gates/default.yaml", f"gates: {gates}"))
+    result = run("validate", "--config", str(cfg))
+    assert result.exit_code == 2
+    assert "safety gate names suite 'harmbench', which the config does not run" in result.output

@@ -1,6 +1,13 @@
 import pytest
 
-from workbench.compare import GateOutcome, decide, evaluate_gates, non_inferiority, paired_delta
+from workbench.compare import (
+    Evidence,
+    GateOutcome,
+    decide,
+    evaluate_gates,
+    non_inferiority,
+    paired_delta,
+)
 from workbench.evaluate.runner import ItemResult, SuiteResult
 from workbench.gates import GatePolicy, LatencyGate, QualityGate
 from workbench.loadtest import LevelResult, LoadResult
@@ -47,7 +54,7 @@ def test_non_inferiority(low: float, high: float, expected: str) -> None:
 def test_a_large_drop_fails_the_quality_gate_and_rejects() -> None:
     policy = GatePolicy(quality=[QualityGate(suite="q", max_drop=0.05)])
     base, cand = suite_result([1.0] * 100), suite_result([1.0] * 60 + [0.0] * 40)
-    outcomes = evaluate_gates(policy, {"q": base}, {"q": cand}, None, None, "cpu", 0)
+    outcomes = evaluate_gates(policy, Evidence({"q": base}, {"q": cand}, None, None, "cpu"), 0)
     assert [o.status for o in outcomes] == ["fail"]
     assert decide(outcomes) == "reject"
 
@@ -55,15 +62,16 @@ def test_a_large_drop_fails_the_quality_gate_and_rejects() -> None:
 def test_equal_results_pass_and_promote() -> None:
     policy = GatePolicy(quality=[QualityGate(suite="q", max_drop=0.05, slice_max_drop=0.1)])
     scores = [1.0, 0.0] * 50
-    outcomes = evaluate_gates(policy, {"q": suite_result(scores)}, {"q": suite_result(scores)},
-                              None, None, "cpu", 0)
+    outcomes = evaluate_gates(policy, Evidence({"q": suite_result(scores)},
+                                               {"q": suite_result(scores)}, None, None, "cpu"),
+                              0)
     assert {o.gate for o in outcomes} == {"quality:q", "quality:q[s]"}
     assert decide(outcomes) == "promote"
 
 
 def test_missing_suite_results_fail_closed() -> None:
     policy = GatePolicy(quality=[QualityGate(suite="q", max_drop=0.05)])
-    outcomes = evaluate_gates(policy, {}, {}, None, None, "cpu", 0)
+    outcomes = evaluate_gates(policy, Evidence({}, {}, None, None, "cpu"), 0)
     assert outcomes[0].status == "fail" and "fail closed" in outcomes[0].detail
 
 
@@ -78,7 +86,7 @@ def test_latency_ratio_gate_per_level_and_device() -> None:
                                              devices=["cuda"])])
     base = LoadResult("client", {}, [level(1, 10.0, 100.0), level(8, 20.0, 400.0)])
     cand = LoadResult("client", {}, [level(1, 12.0, 90.0), level(8, 40.0, 300.0)])
-    outcomes = evaluate_gates(policy, {}, {}, base, cand, "cpu", 0)
+    outcomes = evaluate_gates(policy, Evidence({}, {}, base, cand, "cpu"), 0)
     status = {o.gate: o.status for o in outcomes}
     assert status["latency:tpot_p50_ms:max_ratio@c1"] == "pass"   # 1.2 <= 1.5
     assert status["latency:tpot_p50_ms:max_ratio@c8"] == "fail"   # 2.0 > 1.5
@@ -106,13 +114,94 @@ def test_slo_attainment_and_memory_floors_gate_as_ratios() -> None:
     cand = LoadResult("client", {}, [dataclasses.replace(level(1, 10.0, 100.0),
                                                          slo={"attainment": 0.9})])
     room = {"kv_cache_tokens": 1000, "weights_bytes": 400}
-    outcomes = evaluate_gates(policy, {}, {}, base, cand, "cpu", 0, room,
-                              {"kv_cache_tokens": 2000, "weights_bytes": 100})
+    outcomes = evaluate_gates(policy, Evidence({}, {}, base, cand, "cpu", room,
+                                               {"kv_cache_tokens": 2000, "weights_bytes": 100}),
+                              0)
     status = {o.gate: o.status for o in outcomes}
     assert status["latency:slo_attainment:min_ratio@c1"] == "fail"  # 0.9 < 0.95
     assert status["memory:kv_cache_tokens:min_ratio"] == "pass"
     assert status["memory:weights_bytes:max_ratio"] == "pass"  # 0.25 <= 0.5
     # no SLO declared, no headroom measured: both fail closed
-    bare = evaluate_gates(policy, {}, {}, LoadResult("client", {}, [level(1, 1.0, 1.0)]),
-                          LoadResult("client", {}, [level(1, 1.0, 1.0)]), "cpu", 0, {}, {})
+    bare = evaluate_gates(policy, Evidence({}, {}, LoadResult("client", {}, [level(1, 1.0, 1.0)]),
+                                           LoadResult("client", {}, [level(1, 1.0, 1.0)]),
+                                           "cpu"), 0)
     assert all(o.status == "fail" for o in bare)
+
+
+def test_a_small_slice_is_reported_too_small_and_a_check_can_be_gated() -> None:
+    from workbench.evaluate.runner import ItemResult, SuiteResult
+
+    items = [ItemResult(f"i{k}", ("big" if k < 40 else "tiny",), "h", "", 1.0, 0.1, 1,
+                        checks={"schema_valid": 1.0}) for k in range(44)]
+    suite = SuiteResult("q", "1", "d", 44, 1.0, {"big": {"n": 40, "accuracy": 1.0},
+                                                 "tiny": {"n": 4, "accuracy": 1.0}}, "f", items)
+    worse = SuiteResult("q", "1", "d", 44, 1.0, suite.slices, "f", [
+        ItemResult(i.id, i.slices, "h", "", 1.0, 0.1, 1, checks={"schema_valid": float(k % 2)})
+        for k, i in enumerate(items)])
+    policy = GatePolicy(structured=[QualityGate(suite="q", metric="schema_valid", max_drop=0.05,
+                                                slice_max_drop=0.1, min_value=0.9)])
+    status = {o.gate: o for o in evaluate_gates(policy, Evidence({"q": suite}, {"q": worse},
+                                                                 None, None, "cpu"), 0)}
+    assert status["structured:q.schema_valid"].status == "fail"  # half the items lost it
+    assert status["structured:q.schema_valid[tiny]"].status == "not_applicable"
+    assert "too small to decide: n=4" in status["structured:q.schema_valid[tiny]"].detail
+    assert status["structured:q.schema_valid:floor"].status == "fail"  # 0.5 < 0.9
+
+
+def test_recovery_floor_catches_a_loss_the_margin_allows() -> None:
+    policy = GatePolicy(quality=[QualityGate(suite="q", max_drop=0.2, min_recovery=0.99)])
+    base, cand = suite_result([1.0] * 90 + [0.0] * 10), suite_result([1.0] * 85 + [0.0] * 15)
+    status = {o.gate: o.status for o in evaluate_gates(
+        policy, Evidence({"q": base}, {"q": cand}, None, None, "cpu"), 0)}
+    assert status == {"quality:q": "pass", "quality:q:recovery": "fail"}  # 0.85/0.90 < 0.99
+
+
+def test_holm_adjustment_matches_the_textbook_example() -> None:
+    from workbench.compare import holm_adjust
+
+    # p-values 0.01, 0.04, 0.03 over three tests: 0.03, 0.06, 0.06 after Holm
+    assert holm_adjust([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
+
+
+def test_holm_makes_a_borderline_pass_inconclusive_when_many_gates_run() -> None:
+    base = suite_result([1.0] * 200)
+    cand = suite_result([1.0] * 196 + [0.0] * 4)  # delta -0.02, margin 0.05
+    gates = [QualityGate(suite=f"q{k}", max_drop=0.05) for k in range(20)]
+    suites = {f"q{k}": base for k in range(20)}
+    cands = {f"q{k}": cand for k in range(20)}
+    plain = evaluate_gates(GatePolicy(quality=gates), Evidence(suites, cands, None, None,
+                                                               "cpu"), 0)
+    holm = evaluate_gates(GatePolicy(quality=gates, multiple_comparisons="holm"),
+                          Evidence(suites, cands, None, None, "cpu"), 0)
+    assert all(o.status == "pass" for o in plain)
+    assert all(o.status in ("pass", "inconclusive") for o in holm)
+    assert "Holm-adjusted" in holm[0].detail
+
+
+def test_fidelity_and_slo_gates() -> None:
+    import dataclasses
+
+    from workbench.gates import FidelityGate, SLOGate
+
+    base = LoadResult("client", {}, [level(1, 10.0, 100.0)])
+    good = dataclasses.replace(level(1, 10.0, 100.0), slo={
+        "meets_slo": True, "attainment": 0.97, "ttft_p99_ms": 1000, "tpot_p99_ms": 100})
+    policy = GatePolicy(fidelity=[FidelityGate(suite="text", max_kl_mean=0.1,
+                                               min_top1_agreement=0.9),
+                                  FidelityGate(suite="q", max_flip_rate=0.05)],
+                        slo=[SLOGate(min_attainment=0.99)])
+    ev = Evidence({"q": suite_result([1.0] * 100)}, {"q": suite_result([0.0] * 3 + [1.0] * 97)},
+                  base, LoadResult("client", {}, [good]), "cpu",
+                  fidelity={"text": {"kl_mean": 0.05, "top1_agreement": 0.85}})
+    status = {o.gate: o.status for o in evaluate_gates(policy, ev, 0)}
+    assert status == {"fidelity:text:kl_mean": "pass", "fidelity:text:top1_agreement": "fail",
+                      "fidelity:q:flip_rate": "pass", "slo@c1": "fail"}  # 0.97 < 0.99
+    # no fidelity suite measured, no SLO declared: fail closed
+    bare = Evidence({}, {}, base, base, "cpu")
+    assert all(o.status == "fail" for o in evaluate_gates(policy, bare, 0))
+
+
+def test_inconclusive_can_be_made_non_blocking() -> None:
+    outcomes = [GateOutcome("a", "pass", ""), GateOutcome("b", "inconclusive", "")]
+    assert decide(outcomes) == "inconclusive"
+    assert decide(outcomes, inconclusive_blocks=False) == "promote"
