@@ -99,13 +99,33 @@ def main() -> None:
     """
 
 
+junit_option = click.option("--junit", type=click.Path(dir_okay=False, path_type=Path),
+                            default=None, help="Also write JUnit XML: one test case per gate.")
+summary_option = click.option("--summary", type=click.Path(dir_okay=False, path_type=Path),
+                              default=None, help="Also write a short Markdown summary (for a "
+                                                 "CI job summary, e.g. $GITHUB_STEP_SUMMARY).")
+
+
+def write_ci_outputs(rec: Any, junit: Path | None, summary: Path | None) -> None:
+    from .record import render_summary, write_junit
+
+    if junit is not None:
+        write_junit(rec, junit)
+    if summary is not None:
+        summary.parent.mkdir(parents=True, exist_ok=True)
+        with summary.open("a") as out:  # appending: a CI summary file may hold other steps
+            out.write(render_summary(rec))
+
+
 @main.command()
 @click.option("--load-profile", default=None, metavar="NAME",
               help="Measure this named load profile instead of the config's load.profile "
                    "(built in: interactive, batch).")
+@junit_option
+@summary_option
 @candidate_job
-def evaluate(config_path: str, candidate: str, runs_dir: Path, load_profile: str | None
-             ) -> int:
+def evaluate(config_path: str, candidate: str, runs_dir: Path, load_profile: str | None,
+             junit: Path | None, summary: Path | None) -> int:
     """Run the whole pipeline for one candidate and decide promote / reject / inconclusive.
 
     Reuses the cached quantised artifact and the cached baseline results when their
@@ -119,7 +139,41 @@ def evaluate(config_path: str, candidate: str, runs_dir: Path, load_profile: str
     cfg = load_config(_config_path(config_path))
     if load_profile is not None:
         cfg = cfg.with_load_profile(load_profile)
-    return run_evaluate(cfg, candidate, runs_dir, console).exit_code
+    rec = run_evaluate(cfg, candidate, runs_dir, console)
+    write_ci_outputs(rec, junit, summary)
+    return rec.exit_code
+
+
+@main.command()
+@click.argument("run_dir", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--policy", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Gate policy YAML (default: the one the run was judged under).")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Write decision.json / decision.md here (default: RUN_DIR/gate-<policy>).")
+@junit_option
+@summary_option
+@debug_option
+@handle_errors
+def gate(run_dir: Path, policy: Path | None, out: Path | None, junit: Path | None,
+         summary: Path | None) -> int:
+    """Judge a stored run again under a gate policy, without an engine or a GPU.
+
+    Reads RUN_DIR's measurements and record, evaluates every gate of the policy, prints the
+    decision and exits 0 promote / 1 reject or inconclusive / 2 bad input. The run's own
+    decision.json is left as it was.
+    """
+    from .pipeline import show_decision
+    from .record import write_record
+    from .regate import regate
+
+    rec, _ = regate(run_dir, policy)
+    target = out or run_dir / f"gate-{(policy or Path('stored')).stem}"
+    target.mkdir(parents=True, exist_ok=True)
+    write_record(target, rec)
+    write_ci_outputs(rec, junit, summary)
+    show_decision(rec, console)
+    console.print(f"re-gated record: {target / 'decision.json'}")
+    return rec.exit_code
 
 
 @main.command()

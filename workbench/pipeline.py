@@ -38,7 +38,15 @@ from .measure import (
 from .plots import LATENCY_PLOT, plot_latency_vs_throughput
 from .quantize import QuantizeResult, calibration_samples, needs_calibration, quantize
 from .quantize.checks import candidate_problems, serving_problem, unsupported_here
-from .record import DecisionRecord, host_facts, write_json, write_record
+from .record import (
+    DecisionRecord,
+    host_facts,
+    policy_summary,
+    worst_first,
+    write_json,
+    write_record,
+)
+from .regate import POLICY_FILE
 from .serve import detect_device, engine_version
 from .tracking import Tracker
 
@@ -276,6 +284,7 @@ def build_record(p: Plan, q: QuantizeResult, base: Measurement, cand: Measuremen
     outcomes = evaluate_gates(p.policy, evidence, p.cfg.seed)
     return DecisionRecord(
         decision=decide(outcomes, p.policy.inconclusive_blocks),
+        policy=policy_summary(p.policy, p.cfg.resolve(p.cfg.gates), outcomes),
         candidate=p.candidate_name,
         model={"name": p.cfg.model.name, "path": str(p.model_dir),
                "digest": p.model_digest,
@@ -325,6 +334,7 @@ def run_evaluate(cfg: RunConfig, candidate: str, runs_root: Path,
     device = p.device
     run_dir = new_run_dir(runs_root, candidate)
     (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json")))
+    shutil.copyfile(cfg.resolve(cfg.gates), run_dir / POLICY_FILE)  # for `workbench gate`
     console.print(f"run folder {run_dir} · device {device} · engine {p.engine_version}")
     started = time.perf_counter()
     tags = {"candidate": candidate, "model": cfg.model.name, "device": device}
@@ -427,7 +437,7 @@ def show_decision(rec: DecisionRecord, console: Console) -> None:
     table.add_column("gate")
     table.add_column("result")
     table.add_column("evidence", overflow="fold")
-    for g in rec.gates:
+    for g in worst_first(rec.gates):
         # escape: slice gates are named like "quality:suite[slice]", which is rich markup
         table.add_row(escape(g.gate), f"[{_STYLE[g.status]}]{g.status}[/]", escape(g.detail))
     console.print(table)

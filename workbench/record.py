@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import platform
+import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -12,8 +14,10 @@ from typing import Any
 
 from .compare import GateOutcome
 from .errors import EXIT_PROMOTE, EXIT_REJECT
+from .gates import GatePolicy
 
-__all__ = ["SCHEMA_VERSION", "DecisionRecord", "render_markdown", "write_json", "write_record"]
+__all__ = ["SCHEMA_VERSION", "DecisionRecord", "policy_summary", "render_markdown",
+           "render_summary", "write_json", "write_junit", "write_record"]
 
 SCHEMA_VERSION = 1
 
@@ -40,6 +44,7 @@ class DecisionRecord:
     cost: dict = field(default_factory=dict)  # "baseline"/"candidate" -> loadtest.cost_figures
     reused: dict = field(default_factory=dict)  # what came from caches
     plots: dict = field(default_factory=dict)  # title -> PNG path relative to the run folder
+    policy: dict = field(default_factory=dict)  # policy_summary(): which policy, how many tests
     mlflow: dict = field(default_factory=dict)
     schema_version: int = SCHEMA_VERSION
 
@@ -49,6 +54,33 @@ class DecisionRecord:
 
     def to_dict(self) -> dict:
         return {**asdict(self), "exit_code": self.exit_code}
+
+
+_SEVERITY = {"fail": 0, "inconclusive": 1, "pass": 2, "not_applicable": 3}
+
+
+def worst_first(gates: list[GateOutcome]) -> list[GateOutcome]:
+    return sorted(gates, key=lambda g: _SEVERITY[g.status])
+
+
+def policy_summary(policy: GatePolicy, path: Path, outcomes: list[GateOutcome]) -> dict:
+    """Which policy judged the run, and what running many tests means for a false reject."""
+    paired = [o for o in outcomes if "mcnemar_p" in o.evidence]
+    alpha = (1 - policy.confidence) / 2
+    k = len(paired)
+    return {
+        "path": str(path), "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+        "confidence": policy.confidence, "bootstrap_resamples": policy.bootstrap_resamples,
+        "inconclusive_blocks": policy.inconclusive_blocks,
+        "multiple_comparisons": policy.multiple_comparisons,
+        "gates_judged": sum(o.status != "not_applicable" for o in outcomes),
+        "paired_tests": k, "alpha_one_sided": alpha,
+        # a candidate no worse in truth fails a paired test with chance <= alpha each; over
+        # k tests the chance of at least one such 'fail' is at most k*alpha (Bonferroni,
+        # whatever their dependence), or alpha under Holm
+        "family_false_fail_bound": round(alpha if policy.multiple_comparisons == "holm"
+                                         else min(1.0, k * alpha), 4),
+    }
 
 
 def write_json(path: Path, data: object) -> None:
@@ -248,6 +280,21 @@ def _headroom_table(room: dict) -> list[str]:
     return lines
 
 
+def _policy_lines(policy: dict) -> list[str]:
+    if not policy:
+        return []
+    holm = policy["multiple_comparisons"] == "holm"
+    return ["", f"Policy `{policy['path']}` (sha256 {policy['sha256'][:12]}): "
+            f"{policy['gates_judged']} gates judged, {policy['paired_tests']} of them paired "
+            f"tests at one-sided α = {policy['alpha_one_sided']:.3g} each"
+            + (", Holm-adjusted" if holm else "") + ". For a candidate no worse in truth, the "
+            f"chance that some paired test fails anyway is at most "
+            f"{policy['family_false_fail_bound']:.1%}"
+            + ("" if holm else "; Holm's adjustment (multiple_comparisons: holm) holds it at α")
+            + "; an inconclusive gate " + ("holds the release." if policy["inconclusive_blocks"]
+                                           else "is reported and does not block.")]
+
+
 def render_markdown(rec: DecisionRecord) -> str:
     lines = [
         f"# Decision: **{rec.decision.upper()}** — candidate `{rec.candidate}`",
@@ -261,7 +308,8 @@ def render_markdown(rec: DecisionRecord) -> str:
         "| gate | result | evidence |",
         "|---|---|---|",
     ]
-    lines += [f"| `{g.gate}` | {_MARK[g.status]} | {g.detail} |" for g in rec.gates]
+    lines += [f"| `{g.gate}` | {_MARK[g.status]} | {g.detail} |" for g in worst_first(rec.gates)]
+    lines += _policy_lines(rec.policy)
     lines += _suite_tables(rec.suites)
     if rec.fidelity:
         lines += ["", "## Fidelity to the baseline (token by token)", "",
@@ -289,6 +337,48 @@ def render_markdown(rec: DecisionRecord) -> str:
     lines += ["", f"Latency figures hold for the device they were measured on "
               f"({rec.device['kind']}) only."]
     return "\n".join(lines) + "\n"
+
+
+def render_summary(rec: DecisionRecord) -> str:
+    """A few lines for a CI job summary: the decision, the count per status, and every
+    gate that did not pass."""
+    counts = {s: sum(g.status == s for g in rec.gates) for s in _SEVERITY}
+    lines = [f"### quant-workbench: **{rec.decision.upper()}** — `{rec.model.get('name')}` "
+             f"candidate `{rec.candidate}` on {rec.device.get('kind')}", "",
+             ", ".join(f"{n} {_MARK[s].lower()}" for s, n in counts.items() if n)
+             + f" · exit code {rec.exit_code}", ""]
+    holding = [g for g in worst_first(rec.gates) if g.status in ("fail", "inconclusive")]
+    if holding:
+        lines += ["| gate | result | evidence |", "|---|---|---|",
+                  *[f"| `{g.gate}` | {_MARK[g.status]} | {g.detail} |" for g in holding]]
+    else:
+        lines.append("Every applicable gate passed.")
+    lines += ["", f"Record: `{Path(rec.run_dir) / 'decision.md'}`"]
+    return "\n".join(lines) + "\n"
+
+
+def write_junit(rec: DecisionRecord, path: Path) -> Path:
+    """JUnit XML, one test case per gate: a fail is a failure, an inconclusive gate a
+    failure when the policy lets it block (else skipped), not_applicable skipped."""
+    blocks = rec.policy.get("inconclusive_blocks", True)
+    suite = ET.Element("testsuite", name=f"quant-workbench.{rec.candidate}",
+                       tests=str(len(rec.gates)))
+    failures = skipped = 0
+    for g in rec.gates:
+        section = g.gate.split(":", 1)[0]
+        case = ET.SubElement(suite, "testcase", classname=f"gates.{section}", name=g.gate)
+        if g.status == "fail" or (g.status == "inconclusive" and blocks):
+            failures += 1
+            ET.SubElement(case, "failure", type=g.status, message=g.detail[:200]).text = g.detail
+        elif g.status != "pass":
+            skipped += 1
+            ET.SubElement(case, "skipped", message=f"{g.status}: {g.detail[:200]}")
+        ET.SubElement(case, "system-out").text = json.dumps(g.evidence, default=str)
+    suite.set("failures", str(failures))
+    suite.set("skipped", str(skipped))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    ET.ElementTree(suite).write(path, encoding="utf-8", xml_declaration=True)
+    return path
 
 
 def write_record(run_dir: Path, rec: DecisionRecord) -> tuple[Path, Path]:

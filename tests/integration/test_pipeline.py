@@ -145,6 +145,7 @@ def test_quantise_serve_evaluate_gate_record(tiny_config: Path, tmp_path: Path, 
     assert again["reused"] == {"quantized_artifact": True, "baseline_results": True}
     assert again["suites"]["arithmetic"]["baseline"] == record["suites"]["arithmetic"]["baseline"]
     assert engine_pids("vllm.entrypoints.openai.api_server") == []
+    check_regate(record_file.parent, tmp_path, workbench)
 
 
 def check_load_and_headroom(record: dict, role: str) -> None:
@@ -164,6 +165,53 @@ def check_load_and_headroom(record: dict, role: str) -> None:
     assert room["max_concurrent_sequences"] == room["kv_cache_blocks"] // -(-48 // room[
         "block_size"])  # whole blocks for 32 + 16 tokens
     assert room["peak_engine_rss_bytes"] > 100 * 2**20 and 0 <= room["peak_kv_cache_usage"] <= 1
+
+
+LENIENT = """
+quality:
+  - {suite: arithmetic, max_drop: 1.0}
+"""
+STRICT = """
+quality:
+  - {suite: arithmetic, max_drop: 1.0}
+fidelity:
+  - {suite: heldout-text, max_kl_mean: 0.000001}
+memory:
+  - {metric: weights_bytes, max_ratio: 0.05}
+"""
+
+
+def check_regate(run_dir: Path, tmp_path: Path, workbench) -> None:
+    """`workbench gate` judges the stored run again, no engine: a lenient policy promotes, a
+    strict one rejects naming its gates, and a result removed from the store fails closed."""
+    import xml.etree.ElementTree as ET
+
+    (tmp_path / "lenient.yaml").write_text(LENIENT)
+    (tmp_path / "strict.yaml").write_text(STRICT)
+    lenient = workbench("gate", str(run_dir), "--policy", "lenient.yaml", "--junit",
+                        "lenient.xml", "--summary", "summary.md", cwd=tmp_path)
+    assert lenient.returncode == 0, lenient.stdout + lenient.stderr
+    strict = workbench("gate", str(run_dir), "--policy", "strict.yaml", "--junit", "strict.xml",
+                       cwd=tmp_path)
+    assert strict.returncode == 1, strict.stdout + strict.stderr
+    regated = json.loads((run_dir / "gate-strict" / "decision.json").read_text())
+    failed = {g["gate"] for g in regated["gates"] if g["status"] == "fail"}
+    assert failed == {"fidelity:heldout-text:kl_mean", "memory:weights_bytes:max_ratio"}
+    cases = ET.parse(tmp_path / "strict.xml").getroot().findall("testcase")
+    assert len(cases) == len(regated["gates"]) == 3
+    assert sum(c.find("failure") is not None for c in cases) == 2
+    assert "**PROMOTE**" in (tmp_path / "summary.md").read_text()
+    assert json.loads((run_dir / "decision.json").read_text())["gates"] != regated["gates"]
+    # the stored candidate loses its arithmetic results: that gate now fails closed
+    stored = run_dir / "candidate" / "measurement.json"
+    data = json.loads(stored.read_text())
+    del data["suites"]["arithmetic"]
+    stored.write_text(json.dumps(data))
+    missing = workbench("gate", str(run_dir), "--policy", "lenient.yaml", cwd=tmp_path)
+    assert missing.returncode == 1
+    gates = json.loads((run_dir / "gate-lenient" / "decision.json").read_text())["gates"]
+    assert gates[0]["status"] == "fail" and "candidate results of suite 'arithmetic' missing" \
+        in gates[0]["detail"]
 
 
 def check_safety_structured_and_lmeval(record: dict, run_dir: Path, console: str) -> None:

@@ -119,3 +119,47 @@ def test_load_section_shows_both_boundaries_slo_cost_and_headroom(tmp_path: Path
     assert "| KV cache capacity | 93,184 tokens | 186,368 tokens |" in md
     assert "| KV cache blocks × block size | 728 × 128 | 728 × 128 |" in md
     assert "baseline 30.0 s / 31.2 s" in md
+
+
+def test_junit_has_one_case_per_gate_and_summary_lists_what_held_the_release(
+        tmp_path: Path) -> None:
+    import xml.etree.ElementTree as ET
+
+    from workbench.record import render_summary, write_junit
+
+    rec = record("reject")
+    rec.gates = [GateOutcome("quality:arithmetic", "pass", "delta +0.000", -0.05, 0.0),
+                 GateOutcome("safety:advbench", "fail", "0.9 -> 0.5", -0.1, -0.4),
+                 GateOutcome("quality:arithmetic[tiny]", "not_applicable", "too small"),
+                 GateOutcome("slo@c8", "inconclusive", "borderline")]
+    root = ET.parse(write_junit(rec, tmp_path / "j.xml")).getroot()
+    assert root.get("tests") == "4" and root.get("failures") == "2"  # inconclusive blocks
+    names = [c.get("name") for c in root.findall("testcase")]
+    assert names == [g.gate for g in rec.gates]
+    assert root.findall("testcase")[1].find("failure").get("type") == "fail"
+    rec.policy = {"inconclusive_blocks": False}
+    assert ET.parse(write_junit(rec, tmp_path / "j2.xml")).getroot().get("failures") == "1"
+    summary = render_summary(rec)
+    assert "**REJECT**" in summary and "exit code 1" in summary
+    assert summary.index("safety:advbench") < summary.index("slo@c8")  # worst first
+    assert "quality:arithmetic`" not in summary  # a pass is only counted
+
+
+def test_decision_md_lists_failures_first_and_states_the_false_fail_bound(
+        tmp_path: Path) -> None:
+    from workbench.gates import GatePolicy
+    from workbench.record import policy_summary
+
+    rec = record("reject")
+    rec.gates = [GateOutcome("quality:arithmetic", "pass", "ok", evidence={"mcnemar_p": 1.0}),
+                 GateOutcome("quality:arithmetic[add]", "pass", "ok",
+                             evidence={"mcnemar_p": 1.0}),
+                 GateOutcome("memory:kv_cache_tokens:min_ratio", "fail", "fewer tokens")]
+    policy_file = tmp_path / "p.yaml"
+    policy_file.write_text("confidence: 0.95\n")
+    rec.policy = policy_summary(GatePolicy(), policy_file, rec.gates)
+    assert rec.policy["paired_tests"] == 2 and rec.policy["family_false_fail_bound"] == 0.05
+    _, md = write_record(tmp_path, rec)
+    text = md.read_text()
+    assert text.index("memory:kv_cache_tokens") < text.index("`quality:arithmetic`")
+    assert "at most 5.0%" in text and "Holm" in text
