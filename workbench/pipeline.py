@@ -301,6 +301,8 @@ def build_record(p: Plan, q: QuantizeResult, base: Measurement, cand: Measuremen
                 "candidate_command": cand.server.command,
                 "baseline_cache": base.server.cache_info,
                 "candidate_cache": cand.server.cache_info,
+                "kernels": {role: m.server.kernels
+                            for role, m in (("baseline", base), ("candidate", cand))},
                 "cold_start": {role: {"healthy_s": m.server.cold_start_s,
                                       "first_token_s": m.server.first_token_s}
                                for role, m in (("baseline", base), ("candidate", cand))}},

@@ -280,6 +280,13 @@ def _headroom_table(room: dict) -> list[str]:
     return lines
 
 
+def _kernel_lines(kernels: dict) -> list[str]:
+    """The kernel path the engine took for each quantised layer kind, from its own log."""
+    shown = [f"{who}: " + ", ".join(f"{what} → `{kernel}`" for what, kernel in chosen.items())
+             for who, chosen in kernels.items() if chosen]
+    return [f"Kernels the engine chose (its log): {'; '.join(shown)}.", ""] if shown else []
+
+
 def _policy_lines(policy: dict) -> list[str]:
     if not policy:
         return []
@@ -303,6 +310,7 @@ def render_markdown(rec: DecisionRecord) -> str:
         f"({rec.device.get('cpu')}), engine vLLM {rec.engine.get('version', '?')}. "
         f"Created {rec.created_at}. Exit code {rec.exit_code}.",
         "",
+        *_kernel_lines(rec.engine.get("kernels", {})),
         "## Gates",
         "",
         "| gate | result | evidence |",

@@ -54,6 +54,25 @@ def parse_cache_info(metrics_text: str) -> dict[str, str]:
     return {}
 
 
+# vLLM logs the kernel it picked for each quantisation scheme, e.g. "Using
+# CPUWNA16LinearKernel for CompressedTensorsWNA16", "Selected MacheteLinearKernel for
+# CompressedTensorsWNA16", and its attention backend, e.g. "Using FLASH_ATTN backend".
+_KERNEL = re.compile(r"\] (?:Using|Selected) (\w+) for (CompressedTensors\w+|[\w-]+ linear)")
+_ATTENTION = re.compile(r"\] Using (\w+) (?:attention )?backend")
+_KV_DTYPE = re.compile(r"\] Using (fp8\w*) data type to store kv cache")
+
+
+def kernel_choices(log_text: str) -> dict[str, str]:
+    """What the engine's log says it chose: scheme or layer kind -> kernel, the attention
+    backend, the KV-cache storage type (the last word wins: a worker may repeat it)."""
+    found = {scheme: kernel for kernel, scheme in _KERNEL.findall(log_text)}
+    for key, pattern in (("attention", _ATTENTION), ("kv_cache", _KV_DTYPE)):
+        matches = pattern.findall(log_text)
+        if matches:
+            found[key] = matches[-1]
+    return found
+
+
 @dataclass
 class ServerInfo:
     """What the workbench learnt about the engine while it served one model."""
@@ -67,6 +86,7 @@ class ServerInfo:
     version: str = ""
     cache_info: dict[str, str] = field(default_factory=dict)
     first_token_s: float = 0.0  # process start -> the first generated token received
+    kernels: dict[str, str] = field(default_factory=dict)  # kernel_choices(), from the log
 
 
 def engine_command(
@@ -143,6 +163,7 @@ class EngineServer:
         self.info.first_token_s = round(time.perf_counter() - started, 2)
         self.info.version = self._get("/version").json().get("version", "")
         self.info.cache_info = parse_cache_info(self.metrics())
+        self.info.kernels = kernel_choices(self.log_file.read_text(errors="replace"))
         return self.info
 
     def _wait_healthy(self, started: float) -> None:

@@ -140,3 +140,19 @@ def test_engine_does_not_outlive_a_killed_workbench(tmp_path):
     assert not alive(engine)
     # the stand-in's own child has no such guard (vLLM's workers watch their parent)
     subprocess.run(["pkill", "-9", "-g", str(engine)], check=False)
+
+
+def test_the_kernel_path_is_read_from_the_engine_log() -> None:
+    from workbench.serve import kernel_choices
+
+    log = ("(Worker pid=1) INFO 11-30 19:05:49 [compressed_tensors_wNa16.py:138] Using "
+           "CPUWNA16LinearKernel for CompressedTensorsWNA16\n"
+           "(Worker pid=1) INFO 11-30 19:05:49 [__init__.py:797] Selected "
+           "ChannelWiseTorchFP8ScaledMMLinearKernel for CompressedTensorsW8A8Fp8\n"
+           "(Worker pid=1) INFO 11-30 [cuda.py:300] Using FLASH_ATTN backend.\n"
+           "(APIServer pid=2) INFO [cache.py:361] Using fp8 data type to store kv cache.\n"
+           "(APIServer pid=2) INFO [model.py:2152] Using max model len 2048\n")
+    assert kernel_choices(log) == {
+        "CompressedTensorsWNA16": "CPUWNA16LinearKernel",
+        "CompressedTensorsW8A8Fp8": "ChannelWiseTorchFP8ScaledMMLinearKernel",
+        "attention": "FLASH_ATTN", "kv_cache": "fp8"}
