@@ -10,7 +10,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from .compare import GateOutcome
 from .errors import EXIT_PROMOTE, EXIT_REJECT
@@ -19,12 +19,12 @@ from .gates import GatePolicy
 __all__ = ["SCHEMA_VERSION", "DecisionRecord", "policy_summary", "render_markdown",
            "render_summary", "write_json", "write_junit", "write_record"]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: policy, plots, kernels, load workloads and level labels
 
 
 @dataclass
 class DecisionRecord:
-    decision: str  # promote | reject | inconclusive
+    decision: Literal["promote", "reject", "inconclusive"]
     candidate: str
     model: dict
     device: dict

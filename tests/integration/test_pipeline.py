@@ -78,6 +78,9 @@ def test_quantise_serve_evaluate_gate_record(tiny_config: Path, tmp_path: Path, 
     record_file = next((tmp_path / "runs").glob("*-int4/decision.json"))
     record = json.loads(record_file.read_text())
     assert record["decision"] in ("promote", "reject", "inconclusive")
+    from workbench.schemas.decision import validate_record
+
+    validate_record(record)  # the published schema (workbench/schemas/)
     assert record["exit_code"] == first.returncode
     assert (record_file.parent / "decision.md").read_text().startswith("# Decision")
     assert record["sampling"]["temperature"] == 0.0 and record["sampling"]["seed"] == 0

@@ -28,7 +28,7 @@ def test_record_json_carries_decision_exit_code_and_gates(tmp_path: Path) -> Non
     json_path, md_path = write_record(tmp_path, record("promote"))
     data = json.loads(json_path.read_text())
     assert data["decision"] == "promote" and data["exit_code"] == 0
-    assert data["gates"][0]["status"] == "pass" and data["schema_version"] == 1
+    assert data["gates"][0]["status"] == "pass" and data["schema_version"] == 2
     md = md_path.read_text()
     assert md.startswith("# Decision: **PROMOTE**")
     assert "| `quality:arithmetic` | PASS |" in md
@@ -163,3 +163,20 @@ def test_decision_md_lists_failures_first_and_states_the_false_fail_bound(
     text = md.read_text()
     assert text.index("memory:kv_cache_tokens") < text.index("`quality:arithmetic`")
     assert "at most 5.0%" in text and "Holm" in text
+
+
+def test_the_published_schema_matches_the_record_types_and_a_record_validates(
+        tmp_path: Path) -> None:
+    import jsonschema
+    import pytest
+
+    from workbench.schemas.decision import SCHEMA_FILE, decision_schema, validate_record
+
+    # `python -m workbench.schemas.decision` rewrites the file when the types change
+    assert json.loads(SCHEMA_FILE.read_text()) == decision_schema()
+    json_path, _ = write_record(tmp_path, record("promote"))
+    validate_record(json.loads(json_path.read_text()))
+    broken = json.loads(json_path.read_text())
+    broken["decision"] = "maybe"
+    with pytest.raises(jsonschema.ValidationError):
+        validate_record(broken)
