@@ -362,14 +362,45 @@ def run_evaluate(cfg: RunConfig, candidate: str, runs_root: Path,
             write_record(run_dir, rec)
             write_json(run_dir / "timing.json",
                        {"wall_time_s": round(time.perf_counter() - started, 2)})
-            tracker.log_metrics(_metrics(rec, base, cand))
-            tracker.set_tags({"decision": rec.decision})
+            metrics = _metrics(rec, base, cand)
+            tracker.log_metrics(metrics)
+            tracker.set_tags({"decision": rec.decision, "gates": _gate_counts(rec)})
+            tracker.log_suites([(s.name, s.path, s.digest) for s in p.suites])
+            for role, m in (("baseline", base), ("candidate", cand)):
+                with tracker.nested(role, {"role": role, "model_path": m.server.model_path}):
+                    tracker.log_metrics({k.removeprefix(f"{role}."): v for k, v in
+                                         metrics.items() if k.startswith(f"{role}.")})
+                    tracker.log_series(_level_series(m.load))
+            rec.mlflow["registry"] = tracker.register_candidate(
+                cfg.model.name, Path(q.path).resolve().as_uri(), rec.decision,
+                {"candidate": candidate, "gates": _gate_counts(rec),
+                 "run_dir": str(run_dir)})
+            write_record(run_dir, rec)
         finally:
             tracker.log_artifacts(run_dir)  # partial results too, when a stage failed
     show_decision(rec, console)
     console.print(f"decision record: {run_dir / 'decision.json'} · MLflow run {tracker.run_id} "
                   f"({tracker.uri}) · {time.perf_counter() - started:.0f}s")
     return rec
+
+
+def _gate_counts(rec: DecisionRecord) -> str:
+    counts = {s: sum(g.status == s for g in rec.gates)
+              for s in ("pass", "fail", "inconclusive", "not_applicable")}
+    return ", ".join(f"{n} {s}" for s, n in counts.items() if n)
+
+
+def _level_series(load: LoadResult) -> dict[str, list[float]]:
+    """Load figures with one step per level (lightest first): curves in the MLflow UI."""
+    series: dict[str, list[float]] = {"load.output_throughput": [], "load.request_throughput": []}
+    for lv in load.levels:
+        series["load.output_throughput"].append(lv.output_throughput)
+        series["load.request_throughput"].append(lv.request_throughput)
+        for metric in ("ttft", "tpot", "e2el"):
+            for stat in ("p50", "p99"):
+                series.setdefault(f"load.{metric}_{stat}_ms", []).append(
+                    getattr(lv, f"{metric}_ms")[stat])
+    return series
 
 
 def _quantize_summary(q: QuantizeResult) -> str:

@@ -1,9 +1,13 @@
-"""MLflow logging: one run per `evaluate`, started first so that a failure marks it FAILED."""
+"""MLflow logging: one parent run per `evaluate`, started first so that a failure marks it
+FAILED, with a nested run per model; the suites as dataset inputs; the candidate as a
+registered model version carrying its decision."""
 
 from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
 
@@ -71,6 +75,52 @@ class Tracker:
         import mlflow
 
         mlflow.set_tags(tags)
+
+    def log_series(self, series: dict[str, list[float]]) -> None:
+        """Metrics with one value per step (a load level per step, lightest first), so the
+        UI draws them as curves."""
+        import mlflow
+
+        for name, values in series.items():
+            for step, value in enumerate(values):
+                mlflow.log_metric(metric_name(name), float(value), step=step)
+
+    @contextmanager
+    def nested(self, name: str, tags: dict[str, str]) -> Iterator[str]:
+        """A child run of the current one (one per model); yields its id."""
+        import mlflow
+
+        with mlflow.start_run(run_name=name, nested=True, tags=tags) as child:
+            yield child.info.run_id
+
+    def log_suites(self, suites: list[tuple[str, Path, str]]) -> None:
+        """Each suite as a dataset input (name, folder, digest): the data by reference."""
+        import mlflow
+        from mlflow.data.dataset_source_registry import resolve_dataset_source
+        from mlflow.data.meta_dataset import MetaDataset
+
+        for name, folder, digest in suites:
+            source = resolve_dataset_source(folder.resolve().as_uri())
+            mlflow.log_input(MetaDataset(source, name=name, digest=digest[:36]),  # type: ignore[abstract]
+                             context="evaluation")
+
+    def register_candidate(self, model: str, source: str, decision: str,
+                           tags: dict[str, str]) -> dict[str, str]:
+        """A model version for the candidate, tagged with its decision; a promotion moves
+        the `champion` alias to it, any other outcome sets `challenger`."""
+        from mlflow import MlflowClient
+        from mlflow.exceptions import MlflowException
+
+        client = MlflowClient()
+        try:
+            client.create_registered_model(model)
+        except MlflowException:
+            pass  # registered by an earlier run
+        version = client.create_model_version(model, source, run_id=self.run_id,
+                                              tags={**tags, "decision": decision})
+        alias = "champion" if decision == "promote" else "challenger"
+        client.set_registered_model_alias(model, alias, version.version)
+        return {"registered_model": model, "version": str(version.version), "alias": alias}
 
     def log_artifacts(self, folder: Path) -> None:
         import mlflow
