@@ -64,7 +64,30 @@ def mlflow_runs(tmp_path: Path):
     import mlflow
 
     mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlflow.db'}")
-    return mlflow.search_runs(experiment_names=["integration"], output_format="list")
+    runs = mlflow.search_runs(experiment_names=["integration"], output_format="list")
+    return [r for r in runs if "mlflow.parentRunId" not in r.data.tags]  # one per evaluate
+
+
+def check_mlflow_layout(tmp_path: Path, parent, record: dict) -> None:
+    """A nested run per model with load curves, the suites as dataset inputs, and the
+    candidate registered with its decision and alias."""
+    import mlflow
+
+    children = [r for r in mlflow.search_runs(experiment_names=["integration"],
+                                              output_format="list")
+                if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
+    assert sorted(c.info.run_name for c in children) == ["baseline", "candidate"]
+    client = mlflow.MlflowClient()
+    for child in children:
+        assert "arithmetic.accuracy" in child.data.metrics
+        curve = client.get_metric_history(child.info.run_id, "load.output_throughput")
+        assert [m.step for m in curve] == [0, 1]  # one step per load level
+    inputs = mlflow.get_run(parent.info.run_id).inputs.dataset_inputs
+    assert "arithmetic" in {i.dataset.name for i in inputs}
+    reg = record["mlflow"]["registry"]
+    version = client.get_model_version_by_alias(reg["registered_model"], reg["alias"])
+    assert version.tags["decision"] == record["decision"] and version.tags["candidate"] == "int4"
+    assert reg["alias"] == ("champion" if record["decision"] == "promote" else "challenger")
 
 
 def test_quantise_serve_evaluate_gate_record(tiny_config: Path, tmp_path: Path, workbench,
@@ -132,6 +155,7 @@ def test_quantise_serve_evaluate_gate_record(tiny_config: Path, tmp_path: Path, 
     assert "candidate.bfcl-simple-guided.schema_valid" in runs[0].data.metrics
     assert runs[0].data.tags["decision"] == record["decision"]
     assert "baseline.arithmetic.accuracy" in runs[0].data.metrics
+    check_mlflow_layout(tmp_path, runs[0], record)
     import mlflow
 
     artifacts = {a.path for a in mlflow.MlflowClient().list_artifacts(runs[0].info.run_id)}
@@ -149,6 +173,22 @@ def test_quantise_serve_evaluate_gate_record(tiny_config: Path, tmp_path: Path, 
     assert again["suites"]["arithmetic"]["baseline"] == record["suites"]["arithmetic"]["baseline"]
     assert engine_pids("vllm.entrypoints.openai.api_server") == []
     check_regate(record_file.parent, tmp_path, workbench)
+    check_mlflow_ui(tmp_path, again)
+
+
+def check_mlflow_ui(tmp_path: Path, record: dict) -> None:
+    """The MLflow UI, served on localhost and opened in headless Chromium, shows the two
+    evaluate runs side by side: the decision tag and a slice metric."""
+    from mlflow_ui import compare_page_dom
+
+    runs = mlflow_runs(tmp_path)
+    dom = compare_page_dom(tmp_path / "mlflow.db", runs[0].info.experiment_id,
+                           [r.info.run_id for r in runs])
+    assert len(runs) == 2 and "Compare" in dom
+    assert f">{record['decision']}<" in dom  # the decision tag's value, in the Tags table
+    slice_metric = next(k for k in runs[0].data.metrics if k.startswith(
+        "candidate.arithmetic.") and k.endswith(".accuracy") and k.count(".") == 3)
+    assert slice_metric in dom
 
 
 def check_load_and_headroom(record: dict, role: str) -> None:
