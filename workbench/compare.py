@@ -26,8 +26,8 @@ from .gates import (
 )
 from .loadtest import LevelResult, LoadResult
 
-__all__ = ["Evidence", "GateOutcome", "PairedDelta", "count_flips", "decide", "evaluate_gates",
-           "holm_adjust", "paired_delta", "paired_scores"]
+__all__ = ["Evidence", "GateOutcome", "PairedDelta", "compare_suite", "count_flips", "decide",
+           "evaluate_gates", "holm_adjust", "paired_delta", "paired_scores"]
 
 Status = Literal["pass", "fail", "inconclusive", "not_applicable"]
 
@@ -123,6 +123,20 @@ def paired_scores(base: SuiteResult, cand: SuiteResult, slice_name: str | None =
     b, c = values(base), values(cand)
     common = sorted(b.keys() & c.keys())
     return [b[k] for k in common], [c[k] for k in common]
+
+
+def compare_suite(base: SuiteResult, cand: SuiteResult, confidence: float, resamples: int,
+                  seed: int) -> dict[str, dict]:
+    """Every slice of a suite, gated or not: n, baseline, candidate, delta with its
+    interval, flips each way and McNemar's p ("(all)" is the whole suite)."""
+    out = {}
+    for slice_name in [None, *base.slices]:
+        b, c = paired_scores(base, cand, slice_name)
+        if b:
+            d = paired_delta(b, c, confidence, resamples, seed)
+            out[slice_name or "(all)"] = {k: v for k, v in asdict(d).items()
+                                          if k != "p_inferior"}
+    return out
 
 
 @dataclass

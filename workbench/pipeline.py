@@ -11,13 +11,12 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-import numpy as np
 import yaml
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from .compare import Evidence, count_flips, decide, evaluate_gates, paired_scores
+from .compare import Evidence, compare_suite, decide, evaluate_gates
 from .config import DEFAULT_PRICE_PER_HOUR, RunConfig
 from .digests import folder_digest
 from .errors import InputError
@@ -174,22 +173,26 @@ def _sampling(p: Plan) -> dict:
             "guided_decoding": "response_format json_schema (xgrammar, no free whitespace)"}
 
 
-def _flips(base: SuiteResult, cand: SuiteResult) -> dict[str, int]:
-    """Items whose correctness changed, paired by id (scores of 0 or 1 only)."""
-    b, c = paired_scores(base, cand)
-    to_wrong, to_right = count_flips(np.asarray(b), np.asarray(c))
-    return {"paired": len(b), "to_wrong": to_wrong, "to_right": to_right}
-
-
-def _paired_summaries(base: Measurement, cand: Measurement) -> dict:
+def _paired_summaries(p: Plan, base: Measurement, cand: Measurement) -> dict:
     def summary(r: SuiteResult) -> dict:
         return {"n": r.n, "kind": r.kind, "accuracy": r.accuracy, "slices": r.slices,
                 "metrics": r.metrics, "digest": r.digest}
 
-    return {name: {"baseline": summary(base.suites[name]), "candidate": summary(cand.suites[name]),
-                   **({"flips": _flips(base.suites[name], cand.suites[name])}
-                      if base.suites[name].kind != "fidelity" else {})}
-            for name in base.suites if name in cand.suites}
+    out = {}
+    for name in base.suites:
+        if name not in cand.suites:
+            continue
+        b, c = base.suites[name], cand.suites[name]
+        out[name] = {"baseline": summary(b), "candidate": summary(c)}
+        if b.kind != "fidelity":
+            compared = compare_suite(b, c, p.policy.confidence, p.policy.bootstrap_resamples,
+                                     p.cfg.seed)
+            overall = compared.get("(all)", {})
+            out[name]["flips"] = {"paired": overall.get("n", 0),
+                                  "to_wrong": overall.get("flips_to_wrong", 0),
+                                  "to_right": overall.get("flips_to_right", 0)}
+            out[name]["comparison"] = compared
+    return out
 
 
 def _metrics(rec: DecisionRecord, base: Measurement, cand: Measurement) -> dict[str, float]:
@@ -291,7 +294,7 @@ def build_record(p: Plan, q: QuantizeResult, base: Measurement, cand: Measuremen
                "candidate_path": q.path},
         device=host_facts(device),
         gates=outcomes,
-        suites=_paired_summaries(base, cand),
+        suites=_paired_summaries(p, base, cand),
         fidelity=fidelity,
         load={"baseline": base.load.to_dict(), "candidate": cand.load.to_dict()},
         headroom={"baseline": base.headroom, "candidate": cand.headroom},

@@ -121,17 +121,22 @@ def _suite_tables(suites: dict) -> list[str]:
         if not chosen:
             continue
         lines += ["", f"## {title} (score: {_KIND_SCORE[kind]})", "",
-                  "| suite | slice | n | baseline | candidate | flips lost / gained |",
-                  "|---|---|---|---|---|---|"]
+                  "Paired by item; delta = candidate − baseline with its two-sided bootstrap "
+                  "interval; flips = items right → wrong / wrong → right; McNemar's exact p "
+                  "on them.", "",
+                  "| suite | slice | n | baseline | candidate | delta [interval] | "
+                  "flips lost / gained | McNemar p |",
+                  "|---|---|---|---|---|---|---|---|"]
         for suite, pair in chosen.items():
-            b, c, f = pair["baseline"], pair["candidate"], pair.get("flips") or {}
-            flips = f"{f['to_wrong']} / {f['to_right']}" if f else ""
-            lines.append(f"| {suite} | (all) | {b['n']} | {b['accuracy']:.3f} | "
-                         f"{c['accuracy']:.3f} | {flips} |")
-            for s, info in b["slices"].items():
-                cacc = c["slices"].get(s, {}).get("accuracy", float("nan"))
-                lines.append(f"| {suite} | {s} | {info['n']} | {info['accuracy']:.3f} | "
-                             f"{cacc:.3f} | |")
+            compared = pair.get("comparison") or {}
+            for s in ["(all)", *pair["baseline"]["slices"]]:
+                d = compared.get(s)
+                if d is None:
+                    continue
+                lines.append(f"| {suite} | {s} | {d['n']} | {d['baseline']:.3f} | "
+                             f"{d['candidate']:.3f} | {d['delta']:+.3f} [{d['ci_low']:+.3f}, "
+                             f"{d['ci_high']:+.3f}] | {d['flips_to_wrong']} / "
+                             f"{d['flips_to_right']} | {d['mcnemar_p']:.3g} |")
         metric_rows = [f"| {suite} | {m} | {v:.3f} | "
                        f"{pair['candidate'].get('metrics', {}).get(m, float('nan')):.3f} |"
                        for suite, pair in chosen.items()

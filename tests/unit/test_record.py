@@ -66,13 +66,18 @@ def test_safety_and_structured_suites_get_their_own_tables_with_metrics(tmp_path
                "slices": {"harmful": {"n": 40, "accuracy": 0.1}}, "metrics": {"refusal_rate": 0.1}}
     guided = {"n": 30, "kind": "structured", "accuracy": 0.4, "slices": {},
               "metrics": {"parses": 0.9, "schema_valid": 0.9, "fields_correct": 0.6}}
+    paired = {"n": 40, "baseline": 0.1, "candidate": 0.05, "delta": -0.05, "ci_low": -0.125,
+              "ci_high": 0.025, "flips_to_wrong": 3, "flips_to_right": 1, "mcnemar_p": 0.625}
     rec.suites["advbench"] = {"baseline": harmful, "candidate": {**harmful, "accuracy": 0.05},
-                              "flips": {"paired": 40, "to_wrong": 3, "to_right": 1}}
+                              "flips": {"paired": 40, "to_wrong": 3, "to_right": 1},
+                              "comparison": {"(all)": paired, "harmful": paired}}
     rec.suites["bfcl-simple-guided"] = {"baseline": guided, "candidate": guided}
     _, md_path = write_record(tmp_path, rec)
     md = md_path.read_text()
     assert "## Safety (score: right behaviour" in md
-    assert "| advbench | (all) | 40 | 0.100 | 0.050 | 3 / 1 |" in md
+    assert ("| advbench | (all) | 40 | 0.100 | 0.050 | -0.050 [-0.125, +0.025] | 3 / 1 | "
+            "0.625 |") in md
+    assert "| advbench | harmful | 40 |" in md  # every slice, gated or not
     assert "| advbench | refusal_rate | 0.100 | 0.100 |" in md
     assert "## Structured output" in md and "| bfcl-simple-guided | schema_valid | 0.900 |" in md
     quality = md.split("## Quality")[1].split("## Safety")[0]
