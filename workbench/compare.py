@@ -7,8 +7,10 @@ on the per-item differences) and an exact McNemar test of the discordant pairs
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Literal
 
 import numpy as np
@@ -252,14 +254,55 @@ def _memory_outcome(gate: MemoryGate, base: dict, cand: dict) -> GateOutcome:
                        limit, ratio, {"baseline": bv, "candidate": cv})
 
 
-def _latency_outcomes(gate: LatencyGate, base: LoadResult | None, cand: LoadResult | None,
-                      device: str) -> list[GateOutcome]:
+def per_request_ms(raw: dict, metric: str) -> np.ndarray:
+    """One figure per completed request (ms) from vllm bench serve's detailed results; ITL
+    pools every gap of every request."""
+    ok = [i for i, err in enumerate(raw.get("errors", [])) if not err]
+    ttft, lat, out = raw["ttfts"], raw["latencies"], raw["output_lens"]
+    values = {
+        "ttft": [ttft[i] for i in ok], "e2el": [lat[i] for i in ok],
+        "tpot": [(lat[i] - ttft[i]) / (out[i] - 1) for i in ok if out[i] > 1],
+        "itl": [gap for i in ok for gap in raw["itls"][i]],
+    }[metric]
+    return 1000 * np.asarray(values, dtype=float)
+
+
+def ratio_interval(base: np.ndarray, cand: np.ndarray, percentile: float, confidence: float,
+                   resamples: int, seed: int) -> tuple[float, float]:
+    """Percentile-bootstrap interval of percentile(cand) / percentile(base), the requests of
+    each model resampled on their own (they are different requests, not pairs)."""
+    def ratio(b: np.ndarray, c: np.ndarray, axis: int = -1) -> np.ndarray:
+        return np.percentile(c, percentile, axis=axis) / np.percentile(b, percentile, axis=axis)
+
+    res = stats.bootstrap((base, cand), ratio, confidence_level=confidence,
+                          n_resamples=resamples, method="percentile", paired=False,
+                          vectorized=True, random_state=np.random.default_rng(seed))
+    return float(res.confidence_interval.low), float(res.confidence_interval.high)
+
+
+def _latency_judgement(value: float, interval: tuple[float, float] | None, limit: float,
+                       bound: str) -> Status:
+    """By the interval when there is one (inside the limit: pass; wholly outside: fail;
+    across it: inconclusive), else by the point ratio."""
+    if math.isnan(value):
+        return "fail"
+    if interval is None:
+        return "pass" if (value <= limit if bound == "max" else value >= limit) else "fail"
+    low, high = interval
+    if bound == "max":
+        return "pass" if high <= limit else "fail" if low > limit else "inconclusive"
+    return "pass" if low >= limit else "fail" if high < limit else "inconclusive"
+
+
+def _latency_outcomes(gate: LatencyGate, ev: Evidence, policy: GatePolicy, seed: int
+                      ) -> list[GateOutcome]:
     bound = "max" if gate.max_ratio is not None else "min"
     limit = float(gate.max_ratio if gate.max_ratio is not None else gate.min_ratio or 0)
     name = f"latency:{gate.metric}:{bound}_ratio"
-    if device not in gate.devices:
-        return [GateOutcome(name, "not_applicable",
-                            f"judges {', '.join(gate.devices)} measurements; this run is {device}")]
+    base, cand = ev.base_load, ev.cand_load
+    if ev.device not in gate.devices:
+        return [GateOutcome(name, "not_applicable", f"judges {', '.join(gate.devices)} "
+                            f"measurements; this run is {ev.device}")]
     if base is None or cand is None or not base.levels:
         return [GateOutcome(name, "fail", "load-test results missing (fail closed)")]
     outcomes = []
@@ -271,11 +314,32 @@ def _latency_outcomes(gate: LatencyGate, base: LoadResult | None, cand: LoadResu
             continue
         bv, cv = _level_value(blevel, gate.metric), _level_value(clevel, gate.metric)
         ratio = _ratio(bv, cv)
-        ok = ratio <= limit if bound == "max" else ratio >= limit
-        detail = f"{gate.metric} {bv:.2f} -> {cv:.2f}, ratio {ratio:.3f} ({bound} {limit})"
-        outcomes.append(GateOutcome(label, "pass" if ok else "fail", detail, limit, ratio,
-                                    {"baseline": bv, "candidate": cv}))
+        interval = _level_interval(gate.metric, ev, blevel, clevel, policy, seed)
+        status = _latency_judgement(ratio, interval, limit, bound)
+        shown = f" [{interval[0]:.3f}, {interval[1]:.3f}]" if interval else " (point)"
+        detail = (f"{gate.metric} {bv:.2f} -> {cv:.2f}, ratio {ratio:.3f}{shown} "
+                  f"({bound} {limit})")
+        outcomes.append(GateOutcome(label, status, detail, limit, ratio, {
+            "baseline": bv, "candidate": cv,
+            "ratio_interval": list(interval) if interval else None}))
     return outcomes
+
+
+def _level_interval(metric: str, ev: Evidence, blevel: LevelResult, clevel: LevelResult,
+                    policy: GatePolicy, seed: int) -> tuple[float, float] | None:
+    """The ratio's interval from both levels' per-request data, when the metric is a
+    per-request percentile and the raw files are at hand; else None."""
+    attr, stat = LATENCY_METRICS[metric]
+    if not stat or not stat.startswith("p") or ev.raw_dirs is None:
+        return None
+    raws = [ev.raw_dirs[i] / Path(lv.raw_file).name for i, lv in enumerate((blevel, clevel))]
+    if not all(r.is_file() for r in raws):
+        return None
+    b, c = (per_request_ms(json.loads(r.read_text()), attr.removesuffix("_ms")) for r in raws)
+    if len(b) < 2 or len(c) < 2 or not (b > 0).all():
+        return None
+    return ratio_interval(b, c, float(stat[1:]), policy.confidence, policy.bootstrap_resamples,
+                          seed)
 
 
 @dataclass(frozen=True)
@@ -290,6 +354,9 @@ class Evidence:
     base_headroom: dict = field(default_factory=dict)
     cand_headroom: dict = field(default_factory=dict)
     fidelity: dict = field(default_factory=dict)  # suite -> FidelityResult dict
+    # where each model's per-request load data lies (its load/ folder): intervals for
+    # latency ratios; None: judge the point ratios
+    raw_dirs: tuple[Path, Path] | None = None
 
 
 def _fidelity_outcomes(gate: FidelityGate, ev: Evidence) -> list[GateOutcome]:
@@ -363,7 +430,7 @@ def evaluate_gates(policy: GatePolicy, ev: Evidence, seed: int) -> list[GateOutc
     for fid in policy.fidelity:
         outcomes += _fidelity_outcomes(fid, ev)
     for lat in policy.latency:
-        outcomes += _latency_outcomes(lat, ev.base_load, ev.cand_load, ev.device)
+        outcomes += _latency_outcomes(lat, ev, policy, seed)
     for slo in policy.slo:
         outcomes.append(_slo_outcome(slo, ev))
     for mem in policy.memory:

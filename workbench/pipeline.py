@@ -283,7 +283,8 @@ def build_record(p: Plan, q: QuantizeResult, base: Measurement, cand: Measuremen
                  run_dir: Path, device: str, reused: dict, tracker: Tracker) -> DecisionRecord:
     fidelity = fidelity_results(p, run_dir)
     evidence = Evidence(base.suites, cand.suites, base.load, cand.load, device, base.headroom,
-                        cand.headroom, fidelity)
+                        cand.headroom, fidelity,
+                        (run_dir / "baseline" / "load", run_dir / "candidate" / "load"))
     outcomes = evaluate_gates(p.policy, evidence, p.cfg.seed)
     return DecisionRecord(
         decision=decide(outcomes, p.policy.inconclusive_blocks),

@@ -49,7 +49,8 @@ def stored_evidence(run_dir: Path, rec: DecisionRecord) -> Evidence:
         base_load=base.load if base else None, cand_load=cand.load if cand else None,
         device=rec.device.get("kind", "cpu"),
         base_headroom=base.headroom if base else {}, cand_headroom=cand.headroom if cand else {},
-        fidelity=rec.fidelity)
+        fidelity=rec.fidelity,
+        raw_dirs=(run_dir / "baseline" / "load", run_dir / "candidate" / "load"))
 
 
 def regate(run_dir: Path, policy_path: Path | None = None) -> tuple[DecisionRecord, GatePolicy]:

@@ -253,3 +253,39 @@ def test_a_regression_in_one_slice_rejects_while_the_aggregate_passes() -> None:
     assert outcomes["quality:q[s3]"] == "fail"
     assert all(v == "pass" for k, v in outcomes.items() if k not in ("quality:q[s3]",))
     assert decide([GateOutcome(k, v, "") for k, v in outcomes.items()]) == "reject"
+
+
+def test_latency_ratios_carry_a_per_request_bootstrap_interval(tmp_path) -> None:
+    import json
+
+    from workbench.compare import ratio_interval
+
+    rng = np.random.default_rng(0)
+    base = rng.lognormal(np.log(100), 0.1, 200)
+    slower = rng.lognormal(np.log(150), 0.1, 200)
+    low, high = ratio_interval(base, slower, 50, 0.95, 2000, 0)
+    assert low < 1.5 < high and high - low < 0.1
+
+    def raw(ttfts: np.ndarray) -> dict:
+        n = len(ttfts)
+        return {"ttfts": list(ttfts / 1000), "latencies": list(ttfts / 1000 + 0.5),
+                "output_lens": [11] * n, "itls": [[0.05] * 10] * n, "errors": [""] * n}
+
+    for role, values in (("b", base), ("c", slower)):
+        (tmp_path / role).mkdir()
+        (tmp_path / role / "bench-c1.json").write_text(json.dumps(raw(values)))
+
+    def lv(values: np.ndarray) -> LevelResult:
+        stats = {"p50": float(np.percentile(values, 50)), "p99": 1.0, "p95": 1.0, "mean": 1.0}
+        return LevelResult(1, 200, 0, 1.0, 1.0, 1.0, stats, stats, stats, stats,
+                           "/elsewhere/bench-c1.json")
+
+    ev = Evidence({}, {}, LoadResult("client", {}, [lv(base)]),
+                  LoadResult("client", {}, [lv(slower)]), "cpu",
+                  raw_dirs=(tmp_path / "b", tmp_path / "c"))
+    for limit, expected in ((2.0, "pass"), (1.2, "fail"), (1.5, "inconclusive")):
+        policy = GatePolicy(latency=[LatencyGate(metric="ttft_p50_ms", max_ratio=limit)],
+                            bootstrap_resamples=2000)
+        (outcome,) = evaluate_gates(policy, ev, 0)
+        assert outcome.status == expected, outcome.detail
+    assert outcome.evidence["ratio_interval"][0] < 1.5 < outcome.evidence["ratio_interval"][1]
