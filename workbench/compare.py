@@ -254,6 +254,9 @@ def _memory_outcome(gate: MemoryGate, base: dict, cand: dict) -> GateOutcome:
                        limit, ratio, {"baseline": bv, "candidate": cv})
 
 
+MIN_TAIL = 5  # requests beyond a percentile needed to bootstrap its ratio
+
+
 def per_request_ms(raw: dict, metric: str) -> np.ndarray:
     """One figure per completed request (ms) from vllm bench serve's detailed results; ITL
     pools every gap of every request."""
@@ -316,7 +319,8 @@ def _latency_outcomes(gate: LatencyGate, ev: Evidence, policy: GatePolicy, seed:
         ratio = _ratio(bv, cv)
         interval = _level_interval(gate.metric, ev, blevel, clevel, policy, seed)
         status = _latency_judgement(ratio, interval, limit, bound)
-        shown = f" [{interval[0]:.3f}, {interval[1]:.3f}]" if interval else " (point)"
+        shown = (f" [{interval[0]:.3f}, {interval[1]:.3f}]" if interval else
+                 " (point: no interval from this few requests)")
         detail = (f"{gate.metric} {bv:.2f} -> {cv:.2f}, ratio {ratio:.3f}{shown} "
                   f"({bound} {limit})")
         outcomes.append(GateOutcome(label, status, detail, limit, ratio, {
@@ -336,10 +340,12 @@ def _level_interval(metric: str, ev: Evidence, blevel: LevelResult, clevel: Leve
     if not all(r.is_file() for r in raws):
         return None
     b, c = (per_request_ms(json.loads(r.read_text()), attr.removesuffix("_ms")) for r in raws)
-    if len(b) < 2 or len(c) < 2 or not (b > 0).all():
+    q = float(stat[1:])
+    # A bootstrap cannot see past the sample's extremes: with fewer than MIN_TAIL requests
+    # beyond the percentile (p99 of 16 requests: none) its interval is falsely narrow.
+    if min(len(b), len(c)) * (100 - q) / 100 < MIN_TAIL or not (b > 0).all():
         return None
-    return ratio_interval(b, c, float(stat[1:]), policy.confidence, policy.bootstrap_resamples,
-                          seed)
+    return ratio_interval(b, c, q, policy.confidence, policy.bootstrap_resamples, seed)
 
 
 @dataclass(frozen=True)
