@@ -289,7 +289,11 @@ async def _run(
 ) -> list[ItemResult]:
     gate = asyncio.Semaphore(concurrency)
     results: list[ItemResult] = []
-    limits = httpx.Limits(max_connections=concurrency)
+    # vLLM's HTTP server closes a connection idle for 5 s (uvicorn keep-alive); httpx keeps
+    # one for 5 s as well, so a request sent on a pooled connection at that moment meets a
+    # closing socket (ReadError). Seen when a worker spent seconds in the code sandbox.
+    # Expiring ours first removes the race.
+    limits = httpx.Limits(max_connections=concurrency, keepalive_expiry=2.0)
     async with httpx.AsyncClient(base_url=base_url, timeout=timeout_s, limits=limits) as client:
         fidelity = suite.spec.kind == "fidelity"
         with sink.open("w") as out, \
