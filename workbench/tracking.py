@@ -90,7 +90,8 @@ class Tracker:
         """A child run of the current one (one per model); yields its id."""
         import mlflow
 
-        with mlflow.start_run(run_name=name, nested=True, tags=tags) as child:
+        with mlflow.start_run(run_name=name, nested=True, tags=tags,
+                              experiment_id=self.experiment_id) as child:
             yield child.info.run_id
 
     def log_suites(self, suites: list[tuple[str, Path, str]]) -> None:
