@@ -46,15 +46,17 @@ calibration:
 engine: {{max_model_len: 256, enforce_eager: true, kv_cache_space_gib: 1}}
 suites: [arithmetic]
 load: {{profile: one, profiles: {{one: {{concurrency: [1], num_prompts: 2}}}}}}
-gates: {repo}/configs/gates/default.yaml
+gates: {gates}
 """
 
 
 def write_config(tmp_path: Path, model: Path, seed: int = 0, num_samples: int = 16,
                  seq_len: int = 64) -> Path:
     path = tmp_path / f"formats-{seed}.yaml"
+    gates = tmp_path / "gates.yaml"  # gates on the one suite this config runs
+    gates.write_text("quality:\n  - {suite: arithmetic, max_drop: 0.05}\n")
     path.write_text(CONFIG.format(model=model, repo=REPO, seed=seed, num_samples=num_samples,
-                                  seq_len=seq_len))
+                                  seq_len=seq_len, gates=gates))
     return path
 
 
