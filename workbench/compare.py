@@ -145,6 +145,7 @@ def compare_suite(base: SuiteResult, cand: SuiteResult, confidence: float, resam
 class _PairedCheck:
     label: str
     margin: float
+    slice_name: str | None = None  # None: the whole suite
     delta: PairedDelta | None = None
     outcome: GateOutcome | None = None  # decided without a test (missing, too small)
 
@@ -164,16 +165,15 @@ def _paired_checks(section: str, gate: QualityGate, base: SuiteResult | None,
     for s, n in slices:
         label = f"{name}[{s}]"
         if n < gate.min_slice_items:
-            checks.append(_PairedCheck(label, gate.slice_max_drop or 0.0, outcome=GateOutcome(
+            checks.append(_PairedCheck(label, gate.slice_max_drop or 0.0, s, outcome=GateOutcome(
                 label, "not_applicable", f"too small to decide: n={n} < min_slice_items "
                 f"{gate.min_slice_items}")))
         else:
-            checks.append(_PairedCheck(label, gate.slice_max_drop or 0.0))
+            checks.append(_PairedCheck(label, gate.slice_max_drop or 0.0, s))
     for check in checks:
         if check.outcome is not None:
             continue
-        slice_name = check.label[len(name) + 1:-1] if check.label != name else None
-        b, c = paired_scores(base, cand, slice_name, gate.metric)
+        b, c = paired_scores(base, cand, check.slice_name, gate.metric)
         if not b:
             check.outcome = GateOutcome(check.label, "fail", f"no paired items with "
                                         f"{gate.metric!r} (fail closed)")

@@ -204,7 +204,6 @@ def _agreement_line(levels: list[tuple[str, dict]]) -> str:
               for metric, a in lv.get("agreement", {}).items() if isinstance(a, dict)]
     if not checks:
         return ""
-    first = checks[0][3]
     tol = levels[0][1]["agreement"]
     worst = max(checks, key=lambda c: abs(c[3]["diff_ms"]) / max(c[3]["server_mean_ms"], 1e-9))
     missed = [f"{who} {_level_name(lv)} {metric}" for who, lv, metric, a in checks
@@ -214,7 +213,7 @@ def _agreement_line(levels: list[tuple[str, dict]]) -> str:
     return (f"Client vs server means on the same requests (tolerance {tol['tolerance']:.0%} of "
             f"the server's figure or {tol['floor_ms']:.0f} ms): {verdict}; largest gap "
             f"{who} {_level_name(lv)} {metric} {a['client_mean_ms']:.1f} vs "
-            f"{a['server_mean_ms']:.1f} ms." if first else "")
+            f"{a['server_mean_ms']:.1f} ms.")
 
 
 def _load_lines(rec: DecisionRecord) -> list[str]:
