@@ -26,7 +26,7 @@ from .gates import (
     QualityGate,
     SLOGate,
 )
-from .loadtest import LevelResult, LoadResult
+from .loadtest import LevelResult, LoadResult, per_request_ms
 
 __all__ = ["Evidence", "GateOutcome", "PairedDelta", "compare_suite", "count_flips", "decide",
            "evaluate_gates", "holm_adjust", "paired_delta", "paired_scores"]
@@ -255,19 +255,6 @@ def _memory_outcome(gate: MemoryGate, base: dict, cand: dict) -> GateOutcome:
 
 
 MIN_TAIL = 5  # requests beyond a percentile needed to bootstrap its ratio
-
-
-def per_request_ms(raw: dict, metric: str) -> np.ndarray:
-    """One figure per completed request (ms) from vllm bench serve's detailed results; ITL
-    pools every gap of every request."""
-    ok = [i for i, err in enumerate(raw.get("errors", [])) if not err]
-    ttft, lat, out = raw["ttfts"], raw["latencies"], raw["output_lens"]
-    values = {
-        "ttft": [ttft[i] for i in ok], "e2el": [lat[i] for i in ok],
-        "tpot": [(lat[i] - ttft[i]) / (out[i] - 1) for i in ok if out[i] > 1],
-        "itl": [gap for i in ok for gap in raw["itls"][i]],
-    }[metric]
-    return 1000 * np.asarray(values, dtype=float)
 
 
 def ratio_interval(base: np.ndarray, cand: np.ndarray, percentile: float, confidence: float,

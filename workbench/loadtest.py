@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import httpx
+import numpy as np
 
 from .config import SLO, LoadProfile
 from .engine_metrics import parse_scrape, server_side_level
@@ -33,7 +34,7 @@ from .serve import die_with_parent, free_port, signal_group
 from .workload import Request, draw_requests, read_trace, write_timed_trace
 
 __all__ = ["AGREEMENT_TOLERANCE", "LevelResult", "LoadResult", "bench_command", "cost_figures",
-           "level_requests", "run_load_test", "slo_figures"]
+           "level_requests", "per_request_ms", "run_load_test", "slo_figures"]
 
 PERCENTILES = (50, 95, 99)
 SKIPPED = "skipped: past --max-duration"  # _vllm_bench.SKIPPED (that module imports vllm)
@@ -190,19 +191,23 @@ def _stats(raw: dict, metric: str) -> dict[str, float]:
     return stats
 
 
-def _max_ms(raw: dict, metric: str) -> float:
-    """The worst request's figure, from the per-request data (vLLM reports percentiles)."""
-    ok = [i for i, err in enumerate(raw["errors"]) if not err]
-    if not ok:
-        return math.nan
+def per_request_ms(raw: dict, metric: str) -> np.ndarray:
+    """One figure per completed request (ms) from vllm bench serve's detailed results; ITL
+    pools every gap of every request."""
+    ok = [i for i, err in enumerate(raw.get("errors", [])) if not err]
     ttft, lat, out = raw["ttfts"], raw["latencies"], raw["output_lens"]
-    per_request = {
-        "ttft": [ttft[i] for i in ok],
-        "e2el": [lat[i] for i in ok],
+    values = {
+        "ttft": [ttft[i] for i in ok], "e2el": [lat[i] for i in ok],
         "tpot": [(lat[i] - ttft[i]) / (out[i] - 1) for i in ok if out[i] > 1],
         "itl": [gap for i in ok for gap in raw["itls"][i]],
     }[metric]
-    return 1000 * max(per_request, default=math.nan)
+    return 1000 * np.asarray(values, dtype=float)
+
+
+def _max_ms(raw: dict, metric: str) -> float:
+    """The worst request's figure (vLLM reports percentiles only)."""
+    values = per_request_ms(raw, metric)
+    return float(values.max()) if values.size else math.nan
 
 
 def level_label(profile: LoadProfile, level: float) -> str:
@@ -293,17 +298,28 @@ def bench_env() -> dict[str, str]:
     return {**offline_env(), "PYTHONHASHSEED": "0"}
 
 
+def _closed_loop(base_url: str, served_name: str, tokenizer: Path, profile: LoadProfile,
+                 requests: list[Request], concurrency: int, name: str, salt: int,
+                 out_dir: Path) -> dict:
+    """The requests sent at once, `concurrency` in flight, outside the profile's levels (the
+    warm-up, the generator's ceiling): its raw results, `bench-<name>.json`."""
+    at_once = [dataclasses.replace(r, arrival_s=0.0) for r in requests]
+    trace_file = out_dir / f"requests-{name}.jsonl"
+    chunk = write_timed_trace(at_once, profile.shared_prefix_tokens, salt, trace_file)
+    closed = profile.model_copy(update={"concurrency": [concurrency], "request_rate": None,
+                                        "trace": None, "max_duration_s": None})
+    raw_file = out_dir / f"bench-{name}.json"
+    return _bench(bench_command(base_url, served_name, tokenizer, closed, concurrency,
+                                trace_file, chunk, len(at_once), raw_file),
+                  out_dir / f"bench-{name}.log", raw_file, name)
+
+
 def _warm_up(base_url: str, served_name: str, tokenizer: Path, profile: LoadProfile,
              requests: list[Request], out_dir: Path) -> None:
     """Requests at the heaviest level before the first one, counted in no figure."""
-    warm = [dataclasses.replace(r, arrival_s=0.0) for r in requests[:profile.warmup_prompts]]
-    trace_file = out_dir / "requests-warmup.jsonl"
-    chunk = write_timed_trace(warm, profile.shared_prefix_tokens, 999, trace_file)
-    closed = profile.model_copy(update={"concurrency": [len(warm)], "request_rate": None,
-                                        "trace": None, "max_duration_s": None})
-    raw_file = out_dir / "bench-warmup.json"
-    _bench(bench_command(base_url, served_name, tokenizer, closed, len(warm), trace_file, chunk,
-                         len(warm), raw_file), out_dir / "bench-warmup.log", raw_file, "warm-up")
+    warm = requests[:profile.warmup_prompts]
+    _closed_loop(base_url, served_name, tokenizer, profile, warm, len(warm), "warmup", 999,
+                 out_dir)
 
 
 GENERATOR_BOUNDARY = ("the same requests, closed loop at the heaviest level's concurrency, "
@@ -316,8 +332,6 @@ def generator_ceiling(tokenizer: Path, profile: LoadProfile, requests: list[Requ
     zero-work endpoint. A level whose throughput nears this measured the client, not the
     engine."""
     concurrency = int(max(profile.concurrency or [profile.max_concurrency or len(requests)]))
-    closed = profile.model_copy(update={"concurrency": [concurrency], "request_rate": None,
-                                        "trace": None, "max_duration_s": None})
     port = free_port()
     log_file = out_dir / "zero-work-server.log"
     with log_file.open("wb") as log:
@@ -327,20 +341,15 @@ def generator_ceiling(tokenizer: Path, profile: LoadProfile, requests: list[Requ
                                 preexec_fn=die_with_parent)
     try:
         _wait_for(f"http://127.0.0.1:{port}/health", proc, log_file)
-        trace_file = out_dir / "requests-generator.jsonl"
-        at_once = [dataclasses.replace(r, arrival_s=0.0) for r in requests]
-        chunk = write_timed_trace(at_once, profile.shared_prefix_tokens, 998, trace_file)
-        raw_file = out_dir / "bench-generator.json"
-        raw = _bench(bench_command(f"http://127.0.0.1:{port}", "zero-work", tokenizer, closed,
-                                   concurrency, trace_file, chunk, len(requests), raw_file),
-                     out_dir / "bench-generator.log", raw_file, "of the load generator")
+        raw = _closed_loop(f"http://127.0.0.1:{port}", "zero-work", tokenizer, profile,
+                           requests, concurrency, "generator", 998, out_dir)
     finally:
         signal_group(proc.pid, signal.SIGKILL)
         proc.wait()
     return {"boundary": GENERATOR_BOUNDARY, "concurrency": concurrency,
             "request_throughput": round(raw["request_throughput"], 3),
             "output_throughput": round(raw["output_throughput"], 1),
-            "raw_file": str(raw_file)}
+            "raw_file": str(out_dir / "bench-generator.json")}
 
 
 def _wait_for(url: str, proc: subprocess.Popen, log_file: Path, timeout_s: float = 60) -> None:
