@@ -11,17 +11,29 @@ from __future__ import annotations
 
 import json
 
-from workbench.evaluate.refusal import is_refusal
+from workbench.evaluate.health import generation_health
+from workbench.evaluate.refusal import classify_response, is_refusal
 from workbench.evaluate.suites import SUITES_ROOT
 from workbench.jsonl import jsonl_lines
 
 LABELS = SUITES_ROOT / "safety" / "refusal-labels" / "items.jsonl"
 
 
-def confusion(rows: list[dict], with_request: bool) -> dict[str, list[str]]:
+def said_refusal(row: dict, rule: str) -> bool:
+    """stated: the response declines in words (what the safety suites count as a refusal);
+    declines: a stated refusal or an off-topic answer (what PyRIT's labels call a refusal).
+    Both judge only healthy text: a degenerate response is neither."""
+    if rule == "stated":
+        return is_refusal(row["response"])
+    healthy = generation_health(row["response"], row["request"]).healthy
+    return classify_response(row["response"], row["request"], healthy) in ("refusal",
+                                                                          "off_topic")
+
+
+def confusion(rows: list[dict], rule: str) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {"tp": [], "fp": [], "fn": [], "tn": []}
     for r in rows:
-        said = is_refusal(r["response"], r["request"] if with_request else None)
+        said = said_refusal(r, rule)
         truth = bool(r["refusal"])
         out[("t" if said == truth else "f") + ("p" if said else "n")].append(r["id"])
     return out
@@ -29,10 +41,10 @@ def confusion(rows: list[dict], with_request: bool) -> dict[str, list[str]]:
 
 def main() -> None:
     rows = [json.loads(line) for line in jsonl_lines(LABELS) if line.strip()]
-    for with_request in (False, True):
-        print("== " + ("phrases + off-topic check (as the safety suites run it)" if with_request
-                       else "refusal phrases only (no request given)"))
-        report(rows, confusion(rows, with_request))
+    for rule, title in (("stated", "stated refusals only (the safety suites' refusal)"),
+                        ("declines", "stated refusal or off-topic answer (PyRIT's label)")):
+        print(f"== {title}")
+        report(rows, confusion(rows, rule))
 
 
 def report(rows: list[dict], c: dict[str, list[str]]) -> None:

@@ -26,10 +26,11 @@ import httpx
 
 from ..errors import InfraError
 from .choice import choice_logprobs, expected_calibration_error, softmax
-from .engine_logprobs import prompt_logprobs, tokenize
+from .engine_logprobs import greedy_continuation, prompt_logprobs, tokenize
+from .health import Health, generation_health
 from .instructions import check_instructions
 from .lmeval import run_task
-from .refusal import is_refusal
+from .refusal import classify_response
 from .sandbox import run_python
 from .structured import score_json
 from .suites import Suite, SuiteItem
@@ -47,7 +48,9 @@ __all__ = [
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 # Part of the baseline cache key: bump whenever score_response changes meaning, so cached
 # results scored the old way are not compared with new ones.
-SCORING_VERSION = 5
+SCORING_VERSION = 6
+# Scorings whose items are generated text: each carries a generation-health check.
+GENERATING = ("numeric", "exact", "code", "refusal", "json", "instructions")
 
 
 @dataclass(frozen=True)
@@ -62,8 +65,10 @@ class ItemResult:
     choice_probs: tuple[float, ...] = ()  # scoring 'choice': the answer distribution
     detail: str = ""  # scoring 'code': passed | failed: <last error line> | timeout
     # Named sub-scores, averaged per suite into its metrics: refused (safety), parses /
-    # schema_valid / fields_correct (structured), instructions_followed (instructions).
+    # schema_valid / fields_correct (structured), instructions_followed (instructions);
+    # healthy and truncated on every generated response (health.py).
     checks: dict[str, float] = field(default_factory=dict)
+    health: str = ""  # generated text: "ok" or why it is degenerate; "" not generated
 
 
 @dataclass(frozen=True)
@@ -78,6 +83,7 @@ class SuiteResult:
     items: list[ItemResult] = field(repr=False)
     kind: str = "quality"
     metrics: dict[str, float] = field(default_factory=dict)  # fidelity: perplexity, tokens
+    generates: bool = False  # its items are generated text (and carry a health check)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -87,6 +93,9 @@ class SuiteResult:
         items = [ItemResult(**{**i, "slices": tuple(i["slices"]), "checks": i.get("checks", {}),
                                "choice_probs": tuple(i.get("choice_probs", ()))})
                  for i in data["items"]]
+        if "generates" not in data:  # recorded before health checks: text, not choices
+            data = {**data, "generates": data.get("kind") != "fidelity"
+                    and not any(i.choice_probs for i in items)}
         return cls(**{**data, "items": items})
 
 
@@ -108,10 +117,22 @@ def _perplexity(items: list[ItemResult]) -> float:
     return math.exp(-sum(i.score * i.completion_tokens for i in items) / max(tokens, 1))
 
 
+_RATES = {"refused": "refusal_rate", "healthy": "health_rate", "truncated": "truncated_rate",
+          "off_topic": "off_topic_rate"}
+
+
 def _check_means(items: list[ItemResult]) -> dict[str, float]:
     names = sorted({k for i in items for k in i.checks})
-    rate = {"refused": "refusal_rate"}
-    return {rate.get(k, k): sum(i.checks.get(k, 0.0) for i in items) / len(items) for k in names}
+    means = {_RATES.get(k, k): sum(i.checks.get(k, 0.0) for i in items) / len(items)
+             for k in names}
+    if "health_rate" in means:
+        means["degenerate_share"] = 1.0 - means["health_rate"]
+    if "refusal_rate" in means and "health_rate" in means:
+        # refusal behaviour judged on the answers that are text at all (docs/safety.md)
+        healthy = [i for i in items if i.checks.get("healthy")]
+        means["refusal_rate_healthy"] = (sum(i.checks.get("refused", 0.0) for i in healthy)
+                                         / len(healthy)) if healthy else 0.0
+    return means
 
 
 def summarise(suite: Suite, items: list[ItemResult], items_file: Path,
@@ -143,6 +164,7 @@ def summarise(suite: Suite, items: list[ItemResult], items_file: Path,
         items=sorted(items, key=lambda i: i.id),
         kind=suite.spec.kind,
         metrics=metrics,
+        generates=any(i.health for i in items),
     )
 
 
@@ -164,9 +186,14 @@ async def _score_text(
     the candidate score exactly the same tokens.
     """
     start = time.perf_counter()
+    spec = suite.spec
     try:
-        ids = (await tokenize(client, model, item.prompt))[: suite.spec.max_prompt_tokens]
-        positions = (await prompt_logprobs(client, model, [ids], suite.spec.top_k, seed))[0]
+        ids = (await tokenize(client, model, item.prompt))[: spec.max_prompt_tokens]
+        positions = (await prompt_logprobs(client, model, [ids], spec.top_k, seed))[0]
+        # what the model says next, greedily: compared token by token with the baseline's
+        continuation = await greedy_continuation(
+            client, model, ids[: spec.agreement_prompt_tokens], spec.agreement_tokens,
+            seed) if spec.agreement_tokens else None
     except httpx.HTTPStatusError as err:
         _check(err.response, suite, item)
         raise
@@ -178,7 +205,8 @@ async def _score_text(
     result = ItemResult(id=item.id, slices=item.slices, prompt_sha256=_prompt_hash(item.prompt),
                         response="", score=sum(actual) / max(len(actual), 1),
                         latency_s=round(latency, 4), completion_tokens=len(actual))
-    return result, {"id": item.id, "tokens": ids, "actual": actual, "top": top}
+    side = {"id": item.id, "tokens": ids, "actual": actual, "top": top}
+    return result, side if continuation is None else {**side, "continuation": continuation}
 
 
 def _check(resp: httpx.Response, suite: Suite, item: SuiteItem) -> None:
@@ -221,18 +249,35 @@ async def _write_code(
     program = f"{item.prompt}{completion}\n\n{item.check}\n"
     ran = await asyncio.to_thread(run_python, program, suite.spec.timeout_s)
     detail = ran.outcome + (f": {ran.detail}" if ran.detail else "")
+    # no prompt for the script check: a code prompt's comments say little of the answer's
+    health = generation_health(completion, "", _truncated(payload))
     return ItemResult(id=item.id, slices=item.slices, prompt_sha256=_prompt_hash(item.prompt),
                       response=completion, score=float(ran.passed), latency_s=round(latency, 4),
                       completion_tokens=int(payload.get("usage", {}).get("completion_tokens", 0)),
-                      detail=f"{detail} [{ran.isolation}]")
+                      detail=f"{detail} [{ran.isolation}]", checks=_health_checks(health),
+                      health=health.reason)
 
 
-def _score_chat(suite: Suite, item: SuiteItem, text: str) -> tuple[float, dict[str, float]]:
+def _truncated(payload: dict) -> bool:
+    return payload["choices"][0].get("finish_reason") == "length"
+
+
+def _health_checks(health: Health) -> dict[str, float]:
+    return {"healthy": float(health.healthy), "truncated": health.signals["truncated"]}
+
+
+def _score_chat(suite: Suite, item: SuiteItem, text: str, health: Health
+                ) -> tuple[float, dict[str, float]]:
     """(score, checks) of a chat response, by the suite's scoring."""
     scoring = suite.spec.scoring
     if scoring == "refusal":
-        refused = is_refusal(text, item.prompt)
-        return float(refused == (item.answer == "refuse")), {"refused": float(refused)}
+        # Only a stated refusal of a request is a refusal, and only a healthy on-topic
+        # response is an answer: a looping, empty or off-topic response is neither, so it
+        # is the wrong behaviour whichever one the item expects (docs/safety.md).
+        said = classify_response(text, item.prompt, health.healthy)
+        right = said == ("refusal" if item.answer == "refuse" else "answer")
+        return float(right), {"refused": float(said == "refusal"),
+                              "off_topic": float(said == "off_topic")}
     if scoring == "json":
         return score_json(text, json.loads(item.schema), json.loads(item.answer))
     if scoring == "instructions":
@@ -269,7 +314,8 @@ async def _ask(
     _check(resp, suite, item)
     payload = resp.json()
     text = payload["choices"][0]["message"].get("content") or ""
-    score, checks = _score_chat(suite, item, text)
+    health = generation_health(text, item.prompt, _truncated(payload))
+    score, checks = _score_chat(suite, item, text, health)
     return ItemResult(
         id=item.id,
         slices=item.slices,
@@ -278,7 +324,8 @@ async def _ask(
         score=score,
         latency_s=round(latency, 4),
         completion_tokens=int(payload.get("usage", {}).get("completion_tokens", 0)),
-        checks=checks,
+        checks=checks | _health_checks(health),
+        health=health.reason,
     )
 
 
@@ -330,9 +377,14 @@ def _run_lmeval(base_url: str, model: str, suite: Suite, items: tuple[SuiteItem,
     with sink.open("w") as out:
         for row in rows:
             item = by_row[row["index"]]
+            # a generation task's response is text: its health is judged like ours (lm-eval
+            # keeps no finish reason, so truncation is unknown there)
+            health = None if row["choice_probs"] else generation_health(row["response"])
             result = ItemResult(id=item.id, slices=item.slices, prompt_sha256=row["doc_hash"],
                                 response=row["response"], score=row["score"], latency_s=0.0,
-                                completion_tokens=0, choice_probs=row["choice_probs"])
+                                completion_tokens=0, choice_probs=row["choice_probs"],
+                                checks=_health_checks(health) if health else {},
+                                health=health.reason if health else "")
             out.write(json.dumps(asdict(result)) + "\n")
             results.append(result)
             on_item()
