@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import httpx
 
-__all__ = ["prompt_logprobs", "tokenize"]
+__all__ = ["greedy_continuation", "prompt_logprobs", "tokenize"]
 
 
 async def tokenize(client: httpx.AsyncClient, model: str, text: str,
@@ -31,3 +31,14 @@ async def prompt_logprobs(client: httpx.AsyncClient, model: str, prompts: list[l
     resp.raise_for_status()
     by_index = sorted(resp.json()["choices"], key=lambda c: c["index"])
     return [choice["prompt_logprobs"][1:] for choice in by_index]  # the first has no context
+
+
+async def greedy_continuation(client: httpx.AsyncClient, model: str, prompt: list[int],
+                              max_tokens: int, seed: int) -> list[int]:
+    """The token ids the model generates greedily after a prompt of token ids (it may
+    stop early at its end-of-sequence token, which is then the last id)."""
+    resp = await client.post("/v1/completions", json={
+        "model": model, "prompt": [prompt], "max_tokens": max_tokens, "temperature": 0.0,
+        "seed": seed, "return_token_ids": True})
+    resp.raise_for_status()
+    return list(resp.json()["choices"][0]["token_ids"])

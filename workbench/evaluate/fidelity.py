@@ -17,12 +17,13 @@ from __future__ import annotations
 import json
 import math
 from collections import defaultdict
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..jsonl import jsonl_lines
 
-__all__ = ["FidelityResult", "compare_fidelity", "position_kl"]
+__all__ = ["FidelityResult", "compare_fidelity", "first_divergence", "generation_agreement",
+           "position_kl"]
 
 _EPS = 1e-12
 
@@ -40,6 +41,9 @@ class FidelityResult:
     slices: dict[str, dict[str, float]]
     skipped_items: int  # items whose token ids differ between the runs (never expected)
     method: str = "KL(baseline || candidate) over the baseline's top-k plus a tail bucket"
+    # greedy continuations compared token by token (see generation_agreement); empty when
+    # the suite or a run did not generate them
+    agreement: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -69,6 +73,47 @@ def _read(path: Path) -> dict[str, dict]:
 def _percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else 0.0
+
+
+def first_divergence(base: list[int], cand: list[int]) -> int:
+    """The position of the first token where two continuations differ (their common
+    length when one is a prefix of the other, their length when identical)."""
+    for i, (b, c) in enumerate(zip(base, cand, strict=False)):
+        if b != c:
+            return i
+    return min(len(base), len(cand))
+
+
+def _agreement_figures(pairs: list[tuple[list[int], list[int]]]) -> dict[str, float]:
+    firsts = [first_divergence(b, c) for b, c in pairs]
+    identical = [b == c for b, c in pairs]
+    # the share of each continuation generated before the first difference
+    agreed = [1.0 if same else f / max(len(b), len(c), 1)
+              for f, same, (b, c) in zip(firsts, identical, pairs, strict=True)]
+    return {"items": len(pairs), "identical_share": sum(identical) / len(pairs),
+            "prefix_agreement": sum(agreed) / len(pairs),
+            "first_divergence_p10": _percentile([float(f) for f in firsts], 0.10),
+            "first_divergence_p50": _percentile([float(f) for f in firsts], 0.50),
+            "first_divergence_mean": sum(firsts) / len(firsts)}
+
+
+def generation_agreement(base: dict[str, dict], cand: dict[str, dict],
+                         slices_by_id: dict[str, tuple[str, ...]]) -> dict:
+    """Both models' greedy continuations of the same prompts, item by item: the share of
+    items identical to the end, the share of each continuation before the first
+    difference, and where the first difference falls; overall and per slice."""
+    ids = sorted(i for i in set(base) & set(cand)
+                 if "continuation" in base[i] and "continuation" in cand[i])
+    if not ids:
+        return {}
+    pairs = {i: (base[i]["continuation"], cand[i]["continuation"]) for i in ids}
+    by_slice: dict[str, list[tuple[list[int], list[int]]]] = defaultdict(list)
+    for i in ids:
+        for s in slices_by_id.get(i, ()):
+            by_slice[s].append(pairs[i])
+    tokens = max(max(len(b), len(c)) for b, c in pairs.values())
+    return {**_agreement_figures(list(pairs.values())), "tokens": tokens,
+            "slices": {s: _agreement_figures(v) for s, v in sorted(by_slice.items())}}
 
 
 def compare_fidelity(suite: str, baseline_file: Path, candidate_file: Path,
@@ -104,4 +149,5 @@ def compare_fidelity(suite: str, baseline_file: Path, candidate_file: Path,
                     "top1_agreement": sum(a for _, a in v) / len(v)}
                 for s, v in sorted(per_slice.items())},
         skipped_items=skipped,
+        agreement=generation_agreement(base, cand, slices_by_id),
     )

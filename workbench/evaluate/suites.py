@@ -87,6 +87,12 @@ class SuiteSpec(BaseModel):
                                    "(vLLM allows at most 20 by default)")
     max_prompt_tokens: int = Field(default=256, ge=8,
                                    description="fidelity: texts are cut to this many tokens")
+    agreement_prompt_tokens: int = Field(
+        default=64, ge=1, description="fidelity: each text's first tokens, after which both "
+                                      "models continue greedily (generation agreement)")
+    agreement_tokens: int = Field(
+        default=32, ge=0, le=512, description="fidelity: greedy tokens compared with the "
+                                              "baseline's, item by item (0: no agreement check)")
     sample: SampleSizes = SampleSizes()
 
     def model_post_init(self, _ctx: object) -> None:
