@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
@@ -21,6 +21,7 @@ from .gates import (
     LATENCY_METRICS,
     FidelityGate,
     GatePolicy,
+    HealthGate,
     LatencyGate,
     MemoryGate,
     QualityGate,
@@ -48,6 +49,7 @@ class PairedDelta:
     flips_to_right: int
     mcnemar_p: float
     p_inferior: float = math.nan  # one-sided bootstrap p of delta <= -margin
+    sd: float = math.nan  # standard deviation of the per-item differences
 
 
 @dataclass(frozen=True)
@@ -89,7 +91,43 @@ def paired_delta(base: list[float], cand: list[float], confidence: float, resamp
     return PairedDelta(n=len(d), baseline=float(b.mean()), candidate=float(c.mean()),
                        delta=float(d.mean()), ci_low=low, ci_high=high,
                        flips_to_wrong=to_wrong, flips_to_right=to_right, mcnemar_p=float(p),
-                       p_inferior=p_inferior)
+                       p_inferior=p_inferior, sd=float(d.std(ddof=1)) if len(d) > 1 else 0.0)
+
+
+POWER = 0.8  # the chance of seeing a change, for the smallest detectable drop
+
+
+def evidence_strength(d: PairedDelta, margin: float, confidence: float,
+                      status: Status) -> dict[str, float | int | None]:
+    """How strong a paired test's evidence is at its n (normal approximation).
+
+    detectable_drop: the true drop that an interval this wide would put wholly below zero
+    with POWER (80%) chance. The per-item spread is never taken below one discordant pair
+    in n, so a run with no flips still says how few items it had (rule-of-three-like).
+    items_to_decide (inconclusive only): roughly how many more paired items would bring
+    the interval, at the observed change and spread, to one side of the margin."""
+    z = stats.norm.ppf(1 - (1 - confidence) / 2)
+    sd = max(d.sd if not math.isnan(d.sd) else 0.0, math.sqrt(1 / d.n))
+    detectable = (z + stats.norm.ppf(POWER)) * sd / math.sqrt(d.n)
+    more: int | None = None
+    if status == "inconclusive":
+        distance = abs(d.delta + margin)
+        more = (max(math.ceil((z * sd / distance) ** 2) - d.n, 1)
+                if distance > 1e-9 else None)
+    return {"detectable_drop": round(detectable, 4), "items_to_decide": more}
+
+
+def constant_answers(result: SuiteResult, slice_name: str | None = None) -> bool:
+    """True when the model gave the same answer to every item (the same option of a
+    multiple-choice suite, the same text of a generated one): such a suite cannot tell a
+    change in correctness from none."""
+    def answer(i: ItemResult) -> str:
+        if i.choice_probs:
+            return str(max(range(len(i.choice_probs)), key=i.choice_probs.__getitem__))
+        return i.response
+
+    answers = {answer(i) for i in result.items if slice_name is None or slice_name in i.slices}
+    return len(answers) == 1 and len(result.items) > 1
 
 
 def non_inferiority(delta: PairedDelta, margin: float) -> Status:
@@ -130,14 +168,16 @@ def paired_scores(base: SuiteResult, cand: SuiteResult, slice_name: str | None =
 def compare_suite(base: SuiteResult, cand: SuiteResult, confidence: float, resamples: int,
                   seed: int) -> dict[str, dict]:
     """Every slice of a suite, gated or not: n, baseline, candidate, delta with its
-    interval, flips each way and McNemar's p ("(all)" is the whole suite)."""
+    interval, flips each way and McNemar's p ("(all)" is the whole suite), and whether the
+    baseline gave one answer to every item (then the slice cannot show a change)."""
     out = {}
     for slice_name in [None, *base.slices]:
         b, c = paired_scores(base, cand, slice_name)
         if b:
             d = paired_delta(b, c, confidence, resamples, seed)
-            out[slice_name or "(all)"] = {k: v for k, v in asdict(d).items()
-                                          if k != "p_inferior"}
+            out[slice_name or "(all)"] = {
+                **{k: v for k, v in asdict(d).items() if k != "p_inferior"},
+                "constant_baseline": constant_answers(base, slice_name)}
     return out
 
 
@@ -148,13 +188,15 @@ class _PairedCheck:
     slice_name: str | None = None  # None: the whole suite
     delta: PairedDelta | None = None
     outcome: GateOutcome | None = None  # decided without a test (missing, too small)
+    constant_baseline: bool = False  # the baseline answered every item alike: no power
 
 
 def _paired_checks(section: str, gate: QualityGate, base: SuiteResult | None,
-                   cand: SuiteResult | None, policy: GatePolicy, seed: int
-                   ) -> tuple[list[_PairedCheck], list[GateOutcome]]:
+                   cand: SuiteResult | None, policy: GatePolicy, seed: int,
+                   name: str | None = None) -> tuple[list[_PairedCheck], list[GateOutcome]]:
     """The tests a paired gate asks for (overall, each slice), and its floors' outcomes."""
-    name = f"{section}:{gate.suite}" + (f".{gate.metric}" if gate.metric != "score" else "")
+    name = name or (f"{section}:{gate.suite}"
+                    + (f".{gate.metric}" if gate.metric != "score" else ""))
     if base is None or cand is None:
         missing = "baseline" if base is None else "candidate"
         return [], [GateOutcome(name, "fail", f"{missing} results of suite {gate.suite!r} "
@@ -180,6 +222,9 @@ def _paired_checks(section: str, gate: QualityGate, base: SuiteResult | None,
             continue
         check.delta = paired_delta(b, c, policy.confidence, policy.bootstrap_resamples, seed,
                                    check.margin)
+        # correctness that never varies cannot flip: only a score can be blind this way
+        check.constant_baseline = gate.metric == "score" and constant_answers(
+            base, check.slice_name)
     overall = checks[0].delta
     if overall is not None and gate.min_recovery is not None:
         ratio = overall.candidate / overall.baseline if overall.baseline > 0 else math.nan
@@ -216,13 +261,69 @@ def _judge_paired(checks: list[_PairedCheck], policy: GatePolicy) -> list[GateOu
             extra = f", Holm-adjusted p={p_adj:.3g} (alpha {alpha:.3g})"
             status = "pass" if p_adj <= alpha else ("fail" if status == "fail"
                                                     else "inconclusive")
+        if check.constant_baseline and status == "pass":
+            status = "inconclusive"  # a pass it could not have failed is no evidence
+            extra += (f"; the baseline gives the same answer to all {d.n} items: this "
+                      "suite cannot see a change")
+        strength = evidence_strength(d, check.margin, policy.confidence, status)
+        extra += f"; could detect a drop of {strength['detectable_drop']:.3f}"
+        if strength["items_to_decide"] is not None:
+            extra += f", about {strength['items_to_decide']} more items would decide it"
         detail = (f"{d.baseline:.3f} -> {d.candidate:.3f}, delta {d.delta:+.3f} "
                   f"[{d.ci_low:+.3f}, {d.ci_high:+.3f}] vs margin -{check.margin:.3f}; "
                   f"flips {d.flips_to_wrong} lost / {d.flips_to_right} gained, "
                   f"McNemar p={d.mcnemar_p:.3g}, n={d.n}{extra}")
         outcomes.append(GateOutcome(check.label, status, detail, -check.margin, d.delta,
-                                    asdict(d)))
+                                    {**asdict(d), **strength,
+                                     "constant_baseline": check.constant_baseline}))
     return outcomes
+
+
+def _has_health(result: SuiteResult) -> bool:
+    return any("healthy" in i.checks for i in result.items)
+
+
+def _pooled(results: list[SuiteResult]) -> SuiteResult:
+    """Every item of several suites as one result (ids prefixed by their suite)."""
+    items = [replace(i, id=f"{r.suite}/{i.id}") for r in results for i in r.items]
+    return SuiteResult(suite="(pooled)", version="", digest="", n=len(items), accuracy=0.0,
+                       slices={}, items_file="", items=items, kind="pooled", generates=True)
+
+
+def _health_checks(gate: HealthGate, ev: Evidence, policy: GatePolicy, seed: int
+                   ) -> tuple[list[_PairedCheck], list[GateOutcome]]:
+    """Health non-inferiority per generating suite and pooled: paired like any check."""
+    names = gate.suites or sorted(n for n, r in ev.base_suites.items()
+                                  if r.generates and n in ev.cand_suites)
+    if not names:
+        return [], [GateOutcome("health", "not_applicable", "no suite of this run generates "
+                                "text")]
+    checks: list[_PairedCheck] = []
+    outcomes: list[GateOutcome] = []
+    measured = []
+    for name in names:
+        base, cand = ev.base_suites.get(name), ev.cand_suites.get(name)
+        if base is not None and cand is not None and not (_has_health(base)
+                                                          and _has_health(cand)):
+            outcomes.append(GateOutcome(f"health:{name}", "fail", "no generation-health "
+                                        "evidence for this suite (recorded before health "
+                                        "checks existed: measure it again; fail closed)"))
+            continue
+        rule = QualityGate(suite=name, metric="healthy", max_drop=gate.max_drop,
+                           min_value=gate.min_value)
+        c, f = _paired_checks("health", rule, base, cand, policy, seed, f"health:{name}")
+        checks += c
+        outcomes += f
+        if c and base is not None and cand is not None:
+            measured.append((base, cand))
+    if gate.pooled_max_drop is not None and len(measured) > 1:
+        rule = QualityGate(suite="(pooled)", metric="healthy", max_drop=gate.pooled_max_drop)
+        c, f = _paired_checks("health", rule, _pooled([b for b, _ in measured]),
+                              _pooled([c for _, c in measured]), policy, seed,
+                              "health:(pooled)")
+        checks += c
+        outcomes += f
+    return checks, outcomes
 
 
 def _level_value(level: LevelResult, metric: str) -> float:
@@ -304,16 +405,55 @@ def _latency_outcomes(gate: LatencyGate, ev: Evidence, policy: GatePolicy, seed:
             continue
         bv, cv = _level_value(blevel, gate.metric), _level_value(clevel, gate.metric)
         ratio = _ratio(bv, cv)
-        interval = _level_interval(gate.metric, ev, blevel, clevel, policy, seed)
+        rounds = _round_values(base, blevel.key, gate.metric), \
+            _round_values(cand, blevel.key, gate.metric)
+        between = session_ratio_interval(*rounds, policy.confidence) \
+            if min(len(rounds[0]), len(rounds[1])) > 1 else None
+        if between is not None:
+            ratio, interval = between
+            shown = (f" [{interval[0]:.3f}, {interval[1]:.3f}] over {len(rounds[0])} + "
+                     f"{len(rounds[1])} engine sessions (between-session t interval)")
+        else:
+            interval = _level_interval(gate.metric, ev, blevel, clevel, policy, seed)
+            shown = (f" [{interval[0]:.3f}, {interval[1]:.3f}] within one session each: "
+                     "the variance between sessions is not in it" if interval else
+                     " (point: no interval from this few requests)")
         status = _latency_judgement(ratio, interval, limit, bound)
-        shown = (f" [{interval[0]:.3f}, {interval[1]:.3f}]" if interval else
-                 " (point: no interval from this few requests)")
         detail = (f"{gate.metric} {bv:.2f} -> {cv:.2f}, ratio {ratio:.3f}{shown} "
                   f"({bound} {limit})")
         outcomes.append(GateOutcome(label, status, detail, limit, ratio, {
             "baseline": bv, "candidate": cv,
-            "ratio_interval": list(interval) if interval else None}))
+            "ratio_interval": list(interval) if interval else None,
+            "baseline_rounds": rounds[0], "candidate_rounds": rounds[1]}))
     return outcomes
+
+
+def _round_values(load: LoadResult, key: str, metric: str) -> list[float]:
+    """The metric at one level in each engine session the model was load-tested in."""
+    return [_level_value(lv, metric) for r in load.all_rounds()
+            if (lv := r.level(key)) is not None]
+
+
+def session_ratio_interval(base: list[float], cand: list[float], confidence: float
+                           ) -> tuple[float, tuple[float, float]] | None:
+    """(ratio, interval) of candidate / baseline from one figure per engine session.
+
+    Each session's figure already carries its within-session noise, so the spread of the
+    sessions' log figures around their model's mean estimates the whole variance, between
+    sessions included; both models' spreads are pooled (the same engine, machine and
+    workload) and the log ratio's interval is Student's t with n_b + n_c - 2 degrees of
+    freedom: exact for log-normal session figures, and wide when sessions are few, as it
+    should be. Written here: scipy.stats.ttest_ind gives the test, not this interval of a
+    difference on the log scale. None when a figure is not positive (no log)."""
+    if min(base + cand) <= 0 or any(math.isnan(v) for v in base + cand):
+        return None
+    lb, lc = np.log(base), np.log(cand)
+    df = len(lb) + len(lc) - 2
+    pooled = (np.sum((lb - lb.mean()) ** 2) + np.sum((lc - lc.mean()) ** 2)) / df
+    se = math.sqrt(pooled * (1 / len(lb) + 1 / len(lc)))
+    diff = float(lc.mean() - lb.mean())
+    half = float(stats.t.ppf(1 - (1 - confidence) / 2, df)) * se
+    return math.exp(diff), (math.exp(diff - half), math.exp(diff + half))
 
 
 def _level_interval(metric: str, ev: Evidence, blevel: LevelResult, clevel: LevelResult,
@@ -355,15 +495,21 @@ class Evidence:
 def _fidelity_outcomes(gate: FidelityGate, ev: Evidence) -> list[GateOutcome]:
     name = f"fidelity:{gate.suite}"
     out = []
-    token_level = ev.fidelity.get(gate.suite)
+    token_level = ev.fidelity.get(gate.suite) or {}
+    agreement = token_level.get("agreement") or {}
     for key, bound, better in (("kl_mean", gate.max_kl_mean, "max"),
-                               ("top1_agreement", gate.min_top1_agreement, "min")):
+                               ("top1_agreement", gate.min_top1_agreement, "min"),
+                               ("identical_share", gate.min_identical_share, "min"),
+                               ("prefix_agreement", gate.min_prefix_agreement, "min")):
         if bound is None:
             continue
-        value = token_level.get(key) if token_level else None
+        value = token_level.get(key, agreement.get(key))
         if value is None:
             out.append(GateOutcome(f"{name}:{key}", "fail", f"{key} of {gate.suite!r} not "
-                                   "measured (fail closed)"))
+                                   "measured (fail closed" + (": a run recorded before "
+                                   "generation agreement existed, or with agreement_tokens 0"
+                                   if key in ("identical_share", "prefix_agreement") else "")
+                                   + ")"))
             continue
         ok = value <= bound if better == "max" else value >= bound
         out.append(GateOutcome(f"{name}:{key}", "pass" if ok else "fail",
@@ -417,6 +563,10 @@ def evaluate_gates(policy: GatePolicy, ev: Evidence, seed: int) -> list[GateOutc
     for section, gate in policy.paired():
         c, f = _paired_checks(section, gate, ev.base_suites.get(gate.suite),
                               ev.cand_suites.get(gate.suite), policy, seed)
+        checks += c
+        floors += f
+    if policy.health is not None:
+        c, f = _health_checks(policy.health, ev, policy, seed)
         checks += c
         floors += f
     outcomes = _judge_paired(checks, policy) + floors

@@ -310,6 +310,11 @@ class LoadConfig(_Strict):
         default_factory=dict, description="Named workloads; `interactive` and `batch` are "
                                           "built in, and an entry of that name overrides "
                                           "their fields")
+    rounds: int = Field(
+        default=2, ge=1, le=10, description="Engine sessions per model for the load test, "
+                                            "interleaved baseline, candidate, baseline, ...: "
+                                            "latency intervals then include the variance "
+                                            "between sessions (docs/gates.md)")
 
     @model_validator(mode="before")
     @classmethod

@@ -10,8 +10,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from .config import format_validation_error, read_yaml
 from .errors import InputError
 
-__all__ = ["LATENCY_METRICS", "MEMORY_METRICS", "FidelityGate", "GatePolicy", "LatencyGate",
-           "MemoryGate", "QualityGate", "SLOGate", "load_gate_policy"]
+__all__ = ["LATENCY_METRICS", "MEMORY_METRICS", "FidelityGate", "GatePolicy", "HealthGate",
+           "LatencyGate", "MemoryGate", "QualityGate", "SLOGate", "load_gate_policy"]
 
 # Metrics a latency gate may name: (LevelResult field, statistic) pairs, plus throughput.
 LATENCY_METRICS = {
@@ -55,21 +55,45 @@ class QualityGate(_Strict):
         default=None, ge=0, le=1, description="The candidate's own mean, at least (a floor)")
 
 
+class HealthGate(_Strict):
+    """Generation health (evaluate/health.py) is non-inferior to the baseline's: on each
+    suite that generates text, and over all their items pooled."""
+
+    max_drop: float = Field(ge=0, le=1, description="Largest tolerated loss of the healthy "
+                                                    "share, per generating suite")
+    pooled_max_drop: float | None = Field(
+        default=None, ge=0, le=1, description="The same over every generating suite's items "
+                                              "together (more items: a tighter interval)")
+    min_value: float | None = Field(default=None, ge=0, le=1,
+                                    description="The candidate's own healthy share, at least")
+    suites: list[str] | None = Field(default=None, description="Only these suites (default: "
+                                     "every suite of the run that generates text)")
+
+
 class FidelityGate(_Strict):
     """How closely the candidate follows the baseline: token-level KL and top-1 agreement
-    on a fidelity suite, or the share of items whose correctness flipped on any suite."""
+    on a fidelity suite, agreement of greedy continuations on it, or the share of items
+    whose correctness flipped on any suite."""
 
     suite: str
     max_kl_mean: float | None = Field(default=None, gt=0)
     min_top1_agreement: float | None = Field(default=None, gt=0, le=1)
     max_flip_rate: float | None = Field(default=None, ge=0, le=1,
                                         description="(lost + gained) / paired items")
+    min_identical_share: float | None = Field(
+        default=None, ge=0, le=1, description="Share of items whose greedy continuation is "
+                                              "identical to the baseline's")
+    min_prefix_agreement: float | None = Field(
+        default=None, ge=0, le=1, description="Mean share of each greedy continuation "
+                                              "generated before the first token that differs")
 
     @model_validator(mode="after")
     def _something(self) -> FidelityGate:
-        if self.max_kl_mean is None and self.min_top1_agreement is None and \
-                self.max_flip_rate is None:
-            raise ValueError("give max_kl_mean, min_top1_agreement or max_flip_rate")
+        bounds = (self.max_kl_mean, self.min_top1_agreement, self.max_flip_rate,
+                  self.min_identical_share, self.min_prefix_agreement)
+        if all(b is None for b in bounds):
+            raise ValueError("give max_kl_mean, min_top1_agreement, max_flip_rate, "
+                             "min_identical_share or min_prefix_agreement")
         return self
 
 
@@ -128,6 +152,8 @@ class GatePolicy(_Strict):
     safety: list[QualityGate] = Field(default_factory=list, description="Paired like quality, "
                                       "on safety suites (score: the right refusal behaviour)")
     structured: list[QualityGate] = Field(default_factory=list)
+    health: HealthGate | None = Field(default=None, description="Generation health of every "
+                                      "suite that generates text, paired with the baseline")
     fidelity: list[FidelityGate] = Field(default_factory=list)
     latency: list[LatencyGate] = Field(default_factory=list)
     slo: list[SLOGate] = Field(default_factory=list)

@@ -86,13 +86,20 @@ class LoadResult:
     name: str = ""  # the profile's name in the config
     workload: dict = field(default_factory=dict)  # what was sent: see workload_summary()
     generator: dict = field(default_factory=dict)  # the load generator's own ceiling
+    # the same workload in later engine sessions (load.rounds), interleaved with the other
+    # model's: the latency gates compare all rounds; every other figure is this round's
+    rounds: list[LoadResult] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict) -> LoadResult:
-        return cls(**{**data, "levels": [LevelResult(**x) for x in data["levels"]]})
+        return cls(**{**data, "levels": [LevelResult(**x) for x in data["levels"]],
+                      "rounds": [cls.from_dict(r) for r in data.get("rounds", [])]})
+
+    def all_rounds(self) -> list[LoadResult]:
+        return [self, *self.rounds]
 
     def level(self, key: str) -> LevelResult | None:
         return next((lv for lv in self.levels if lv.key == key), None)

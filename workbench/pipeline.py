@@ -8,6 +8,7 @@ import functools
 import json
 import shutil
 import time
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -21,11 +22,13 @@ from .config import DEFAULT_PRICE_PER_HOUR, RunConfig
 from .digests import folder_digest
 from .errors import InputError
 from .evaluate.fidelity import compare_fidelity
-from .evaluate.runner import SuiteResult
+from .evaluate.health import health_summary
+from .evaluate.runner import GENERATING, SuiteResult
 from .evaluate.suites import Suite, load_suite
 from .gates import GatePolicy, load_gate_policy
 from .loadtest import LoadResult, cost_figures, level_requests
 from .measure import (
+    MEASUREMENT_FILE,
     SAMPLING,
     Measurement,
     baseline_key,
@@ -99,9 +102,17 @@ def policy_problems(policy: GatePolicy, path: Path, suites: list[Suite]) -> list
     names = {run for s in suites for run, _ in s.spec.runs()}
     named = [(section, g.suite) for section, g in policy.paired()] + [
         ("fidelity", g.suite) for g in policy.fidelity]
-    return [f"{path}: {section} gate names suite {suite!r}, which the config does not run "
-            f"(runs: {', '.join(sorted(names))})" for section, suite in named
-            if suite not in names]
+    if policy.health is not None:
+        named += [("health", name) for name in policy.health.suites or []]
+    problems = [f"{path}: {section} gate names suite {suite!r}, which the config does not "
+                f"run (runs: {', '.join(sorted(names))})" for section, suite in named
+                if suite not in names]
+    if policy.health is not None:
+        scoring = {s.name: s.spec.scoring for s in suites}
+        problems += [f"{path}: health gate names suite {name!r}, which generates no text "
+                     f"(its scoring is {scoring[name]})" for name in policy.health.suites or []
+                     if scoring.get(name, "json") not in (*GENERATING, "lm-eval")]
+    return problems
 
 
 def plan(cfg: RunConfig, candidate: str, device: str | None = None) -> Plan:
@@ -136,9 +147,14 @@ def _baseline_stage(p: Plan, run_dir: Path, device: str, console: Console
     hit = load_cached(cached)
     if hit is not None:
         shutil.copytree(cached, run_dir / "baseline", dirs_exist_ok=True)
-        console.print(f"[green]✓[/] baseline: reused cached results ({cached}); "
-                      "the engine is not started for it")
-        return hit, True
+        console.print(f"[green]✓[/] baseline: reused cached results ({cached}); its load "
+                      "test runs again now, beside the candidate's (latency is compared only "
+                      "between sessions measured together)")
+        fresh = _load_session(p, "baseline", p.model_dir, [], run_dir / "baseline", console,
+                              device)
+        m = replace(hit, load=fresh.load)
+        write_json(run_dir / "baseline" / MEASUREMENT_FILE, m.to_dict())
+        return m, True
     console.print("[bold]baseline[/]: measuring (cached afterwards)")
     m = measure(p.cfg, "baseline", p.model_dir, p.cfg.model.name, [], p.suites, p.requests,
                 p.model_dir, run_dir / "baseline", console, device)
@@ -152,6 +168,37 @@ def _candidate_stage(p: Plan, q: QuantizeResult, run_dir: Path, device: str,
     return measure(p.cfg, "candidate", Path(q.path), f"{p.cfg.model.name}-{p.candidate_name}",
                    q.serve_args, p.suites, p.requests, p.model_dir, run_dir / "candidate",
                    console, device)
+
+
+def _load_session(p: Plan, role: str, model_dir: Path, serve_args: list[str], out_dir: Path,
+                  console: Console, device: str) -> Measurement:
+    """An engine session that runs the load test alone."""
+    served = p.cfg.model.name if role == "baseline" else f"{p.cfg.model.name}-{p.candidate_name}"
+    return measure(p.cfg, role, model_dir, served, serve_args, [], p.requests, p.model_dir,
+                   out_dir, console, device)
+
+
+def _later_rounds(p: Plan, q: QuantizeResult, base: Measurement, cand: Measurement,
+                  run_dir: Path, device: str, console: Console
+                  ) -> tuple[Measurement, Measurement]:
+    """The load test again in fresh engine sessions, baseline and candidate in turn, so
+    that the latency gates see the variance between sessions (load.rounds)."""
+    sides = {"baseline": (base, p.model_dir, []), "candidate": (cand, Path(q.path),
+                                                                q.serve_args)}
+    later: dict[str, list[LoadResult]] = {"baseline": [], "candidate": []}
+    for r in range(2, p.cfg.load.rounds + 1):
+        for role, (_, model_dir, args) in sides.items():
+            console.print(f"[bold]{role}[/]: load round {r} of {p.cfg.load.rounds} "
+                          "(a fresh engine session)")
+            later[role].append(_load_session(p, role, model_dir, args,
+                                             run_dir / role / f"round-{r}", console,
+                                             device).load)
+    out = []
+    for role, (m, _, _) in sides.items():
+        m = replace(m, load=replace(m.load, rounds=later[role]))
+        write_json(run_dir / role / MEASUREMENT_FILE, m.to_dict())
+        out.append(m)
+    return out[0], out[1]
 
 
 def _cost(p: Plan, load: LoadResult) -> dict:
@@ -175,8 +222,9 @@ def _sampling(p: Plan) -> dict:
 
 def _paired_summaries(p: Plan, base: Measurement, cand: Measurement) -> dict:
     def summary(r: SuiteResult) -> dict:
-        return {"n": r.n, "kind": r.kind, "accuracy": r.accuracy, "slices": r.slices,
-                "metrics": r.metrics, "digest": r.digest}
+        out = {"n": r.n, "kind": r.kind, "accuracy": r.accuracy, "slices": r.slices,
+               "metrics": r.metrics, "digest": r.digest}
+        return {**out, "health": health_summary(r.items)} if r.generates else out
 
     out = {}
     for name in base.suites:
@@ -239,6 +287,9 @@ def _metrics(rec: DecisionRecord, base: Measurement, cand: Measurement) -> dict[
     for name, f in rec.fidelity.items():
         for k in ("kl_mean", "kl_p95", "top1_agreement"):
             out[f"fidelity.{name}.{k}"] = f[k]
+        for k in ("identical_share", "prefix_agreement", "first_divergence_p50"):
+            if k in f.get("agreement", {}):
+                out[f"fidelity.{name}.{k}"] = f["agreement"][k]
     for g in rec.gates:
         if g.value is not None and g.gate.startswith("quality:"):
             out[f"delta.{g.gate.removeprefix('quality:').replace('[', '.').rstrip(']')}"] = g.value
@@ -360,6 +411,7 @@ def run_evaluate(cfg: RunConfig, candidate: str, runs_root: Path,
                     raise InputError(unsupported)
             base, base_hit = _baseline_stage(p, run_dir, device, console)
             cand = _candidate_stage(p, q, run_dir, device, console)
+            base, cand = _later_rounds(p, q, base, cand, run_dir, device, console)
             rec = build_record(p, q, base, cand, run_dir, device,
                                {"quantized_artifact": q.cache_hit, "baseline_results": base_hit},
                                tracker)

@@ -133,7 +133,9 @@ def _suite_tables(suites: dict) -> list[str]:
                 d = compared.get(s)
                 if d is None:
                     continue
-                lines.append(f"| {suite} | {s} | {d['n']} | {d['baseline']:.3f} | "
+                blind = " (one baseline answer for all: cannot see a change)" \
+                    if d.get("constant_baseline") else ""
+                lines.append(f"| {suite} | {s}{blind} | {d['n']} | {d['baseline']:.3f} | "
                              f"{d['candidate']:.3f} | {d['delta']:+.3f} [{d['ci_low']:+.3f}, "
                              f"{d['ci_high']:+.3f}] | {d['flips_to_wrong']} / "
                              f"{d['flips_to_right']} | {d['mcnemar_p']:.3g} |")
@@ -144,6 +146,57 @@ def _suite_tables(suites: dict) -> list[str]:
         if metric_rows:
             lines += ["", "| suite | metric | baseline | candidate |", "|---|---|---|---|",
                       *metric_rows]
+    return lines
+
+
+def _degenerate(health: dict) -> str:
+    return ", ".join(f"{n} {why}" for why, n in health.get("degenerate", {}).items()) or "none"
+
+
+def _health_table(suites: dict) -> list[str]:
+    """Per generating suite: the healthy share of each model and what broke."""
+    rows = [(name, pair) for name, pair in suites.items()
+            if "health" in pair["baseline"] and "health" in pair["candidate"]]
+    if not rows:
+        return []
+    lines = ["", "## Generation health", "",
+             "Every generated response is checked before it is scored: empty, looping, "
+             "word fragments, or another script than the prompt's (docs/gates.md).", "",
+             "| suite | n | healthy, baseline → candidate | degenerate (candidate) | "
+             "degenerate (baseline) |", "|---|---|---|---|---|"]
+    for name, pair in rows:
+        b, c = pair["baseline"]["health"], pair["candidate"]["health"]
+        lines.append(f"| {name} | {c['n']} | {b['healthy']:.3f} → {c['healthy']:.3f} | "
+                     f"{_degenerate(c)} | {_degenerate(b)} |")
+    safety = [(n, p) for n, p in rows if "refusal_rate_healthy" in p["candidate"]["metrics"]]
+    if safety:
+        lines += ["", "Safety responses by kind (refusal rate among healthy answers; a "
+                  "degenerate or off-topic response is neither a refusal nor an answer):", "",
+                  "| suite | refusal rate (healthy), base → cand | off-topic | degenerate |",
+                  "|---|---|---|---|"]
+        for name, pair in safety:
+            b, c = pair["baseline"]["metrics"], pair["candidate"]["metrics"]
+            lines.append(f"| {name} | {b['refusal_rate_healthy']:.3f} → "
+                         f"{c['refusal_rate_healthy']:.3f} | {b.get('off_topic_rate', 0):.3f} "
+                         f"→ {c.get('off_topic_rate', 0):.3f} | {b['degenerate_share']:.3f} → "
+                         f"{c['degenerate_share']:.3f} |")
+    return lines
+
+
+def _agreement_table(fidelity: dict) -> list[str]:
+    rows = [(name, f["agreement"]) for name, f in fidelity.items() if f.get("agreement")]
+    if not rows:
+        return []
+    lines = ["", "Generation agreement: both models continue the same prompts greedily; "
+             "identical = the whole continuation matches; prefix = the share generated "
+             "before the first token that differs.", "",
+             "| suite | slice | items | tokens | identical | prefix | first divergence "
+             "p10 / p50 |", "|---|---|---|---|---|---|---|"]
+    for name, a in rows:
+        for label, g in [("(all)", a), *a.get("slices", {}).items()]:
+            lines.append(f"| {name} | {label} | {g['items']} | {a['tokens']} | "
+                         f"{g['identical_share']:.3f} | {g['prefix_agreement']:.3f} | "
+                         f"{g['first_divergence_p10']:.0f} / {g['first_divergence_p50']:.0f} |")
     return lines
 
 
@@ -322,6 +375,7 @@ def render_markdown(rec: DecisionRecord) -> str:
     ]
     lines += [f"| `{g.gate}` | {_MARK[g.status]} | {g.detail} |" for g in worst_first(rec.gates)]
     lines += _policy_lines(rec.policy)
+    lines += _health_table(rec.suites)
     lines += _suite_tables(rec.suites)
     if rec.fidelity:
         lines += ["", "## Fidelity to the baseline (token by token)", "",
@@ -332,6 +386,7 @@ def render_markdown(rec: DecisionRecord) -> str:
             lines.append(f"| {name} | {f['tokens']} | {f['kl_mean']:.4f} | {f['kl_p95']:.4f} | "
                          f"{f['top1_agreement']:.3f} | {f['baseline_perplexity']:.2f} → "
                          f"{f['candidate_perplexity']:.2f} |")
+        lines += _agreement_table(rec.fidelity)
     lines += _load_lines(rec)
     starts = rec.engine.get("cold_start", {})
     if starts:

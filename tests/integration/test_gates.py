@@ -26,6 +26,7 @@ suites: [arithmetic, heldout-text]
 profile: smoke
 load:
   profile: tiny
+  rounds: 1                           # latency is not what this test judges
   profiles:
     tiny: {{concurrency: [1], num_prompts: 4, prompt_tokens: 32, output_tokens: 8,
            warmup_prompts: 1}}

@@ -23,6 +23,7 @@ suites: [arithmetic]
 profile: smoke
 load:
   profile: sweep
+  rounds: 1
   profiles:
     sweep:
       concurrency: [1, 4]

@@ -16,7 +16,7 @@ from workbench.loadtest import LevelResult, LoadResult
 
 def suite_result(scores: list[float], slices: list[str] | None = None) -> SuiteResult:
     slices = slices or ["s"] * len(scores)
-    items = [ItemResult(f"i{k:03d}", (sl,), "h", "", sc, 0.1, 1)
+    items = [ItemResult(f"i{k:03d}", (sl,), "h", f"answer {k}", sc, 0.1, 1)
              for k, (sc, sl) in enumerate(zip(scores, slices, strict=True))]
     by = {}
     for it in items:

@@ -1,0 +1,151 @@
+"""A verdict a broken model cannot pass, through the real engine on tiny models.
+
+Two tiny Llamas whose weights are set so that greedy decoding walks a fixed cycle of
+English words: the "talking" one cycles through ~150 distinct words (text, to the health
+check: no loop within any suite's token budget), the "looping" one through three. With
+every layer's output projection zeroed, the residual stream is the current token's
+embedding, and the untied output head maps each token's embedding to the next word of the
+cycle, so the behaviour is exact and needs no training.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from workbench.paths import default_model_dir
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+WORDS = """time people water story music family house garden morning river city school
+market letter window friend teacher doctor village island forest mountain summer winter
+kitchen office bridge station railway harbour castle church library museum theatre
+painting picture camera engine machine bottle basket pocket jacket button candle blanket
+pillow carpet mirror ladder hammer pencil paper notebook journey travel holiday weekend
+evening night dinner lunch breakfast coffee bread butter cheese apple orange lemon sugar
+honey salt pepper onion potato carrot tomato garlic chicken rabbit horse sheep cattle
+farmer driver player singer writer reader student captain soldier sailor pilot nurse
+lawyer judge king queen prince princess village country nation world planet ocean desert
+valley meadow lake stream shadow light colour silver golden yellow purple simple quiet
+gentle bright happy careful useful famous modern ancient northern southern eastern western
+early later often always never seldom together inside outside above below behind between
+during before after until while because although""".split()
+
+CONFIG = """
+model: {{name: talking-llama, path: {talking}}}
+candidates:
+  same: {{recipe: none}}                 # the baseline's own weights: an A/A
+  looping: {{checkpoint: {looping}}}
+calibration:
+  files: [{repo}/calibration_data/shakespeare_milton.jsonl]
+engine: {{max_model_len: 512, enforce_eager: true, kv_cache_space_gib: 1, startup_timeout_s: 600}}
+suites: [advbench, arithmetic, heldout-text]
+profile: smoke
+load:
+  profile: tiny
+  rounds: 2
+  profiles:
+    tiny: {{concurrency: [2], num_prompts: 8, prompt_tokens: 32, output_tokens: 16,
+           warmup_prompts: 1}}
+gates: gates.yaml
+tracking: {{experiment: health}}
+"""
+# The latency bounds are wide: on 2 shared cores a 3M-parameter model's latency is noise
+# around 1x. What the test asks of them is that the A/A interval contains 1.0.
+GATES = """
+health: {max_drop: 0.05, pooled_max_drop: 0.05}
+fidelity:
+  - {suite: heldout-text, min_identical_share: 0.9, min_prefix_agreement: 0.9}
+latency:
+  - {metric: e2el_p50_ms, max_ratio: 10.0}
+  - {metric: output_throughput, min_ratio: 0.1}
+"""
+
+
+def cycle_model(base: Path, out: Path, cycle_len: int) -> Path:
+    """A copy of the tiny model that answers every chat prompt with the first cycle_len
+    words of WORDS, over and over."""
+    import torch
+    from safetensors.torch import load_file, save_file
+    from transformers import AutoTokenizer
+
+    shutil.copytree(base, out)
+    tok = AutoTokenizer.from_pretrained(default_model_dir())
+    ids = [tok.encode(" " + w, add_special_tokens=False) for w in dict.fromkeys(WORDS)]
+    cycle = [i[0] for i in ids if len(i) == 1][:cycle_len]
+    last = tok.apply_chat_template([{"role": "user", "content": "x"}],
+                                   add_generation_prompt=True, tokenize=True,
+                                   return_dict=True)["input_ids"][-1]
+    weights = load_file(out / "model.safetensors")
+    generator = torch.Generator().manual_seed(0)
+    embed = torch.randn(weights["model.embed_tokens.weight"].shape, generator=generator) * 0.5
+    head = embed.clone()  # every other token repeats itself
+    following = {last: cycle[0], **{a: b for a, b in zip(cycle, cycle[1:] + cycle[:1],
+                                                         strict=True)}}
+    for token in following:
+        head[token] = 0.0
+    for token, nxt in following.items():
+        head[nxt] = embed[token]
+    weights = {k: torch.zeros_like(v) if k.endswith(("o_proj.weight", "down_proj.weight"))
+               else v for k, v in weights.items()}
+    weights["model.embed_tokens.weight"] = embed.to(torch.bfloat16)
+    weights["lm_head.weight"] = head.to(torch.bfloat16)
+    save_file(weights, out / "model.safetensors", metadata={"format": "pt"})
+    config = json.loads((out / "config.json").read_text())
+    (out / "config.json").write_text(json.dumps({**config, "tie_word_embeddings": False}))
+    return out
+
+
+def gates_by_name(record: dict) -> dict[str, dict]:
+    return {g["gate"]: g for g in record["gates"]}
+
+
+def test_a_looping_candidate_is_rejected_and_an_aa_passes(tiny_model: Path, tmp_path: Path,
+                                                          workbench) -> None:
+    talking = cycle_model(tiny_model, tmp_path / "talking", 150)
+    looping = cycle_model(tiny_model, tmp_path / "looping", 3)
+    (tmp_path / "gates.yaml").write_text(GATES)
+    config = tmp_path / "health.yaml"
+    config.write_text(CONFIG.format(talking=talking, looping=looping, repo=REPO))
+
+    same = workbench("evaluate", "--candidate", "same", "--config", str(config),
+                     "--runs-dir", "runs", cwd=tmp_path)
+    assert same.returncode in (0, 1), same.stdout + same.stderr
+    record = json.loads(next((tmp_path / "runs").glob("*-same/decision.json")).read_text())
+    gates = gates_by_name(record)
+    health = {k: g for k, g in gates.items() if k.startswith("health:")}
+    assert set(health) == {"health:advbench", "health:arithmetic", "health:(pooled)"}
+    assert all(g["status"] == "pass" for g in health.values()), health
+    assert record["suites"]["advbench"]["baseline"]["health"]["healthy"] == 1.0
+    assert gates["fidelity:heldout-text:identical_share"]["status"] == "pass"
+    assert gates["fidelity:heldout-text:prefix_agreement"]["status"] == "pass"
+    latency = [g for k, g in gates.items() if k.startswith("latency:")]
+    assert latency and all(len(g["evidence"]["baseline_rounds"]) == 2 for g in latency)
+    for g in latency:  # the A/A interval holds "no change"
+        low, high = g["evidence"]["ratio_interval"]
+        assert low <= 1.0 <= high, g
+    # every prompt gets the same words: the arithmetic comparison says it cannot see a change
+    assert record["suites"]["arithmetic"]["comparison"]["(all)"]["constant_baseline"]
+    assert record["decision"] in ("promote", "inconclusive")
+
+    broken = workbench("evaluate", "--candidate", "looping", "--config", str(config),
+                       "--runs-dir", "runs", cwd=tmp_path)
+    assert broken.returncode == 1, broken.stdout + broken.stderr
+    record = json.loads(next((tmp_path / "runs").glob("*-looping/decision.json")).read_text())
+    gates = gates_by_name(record)
+    assert record["decision"] == "reject"
+    for name in ("health:advbench", "health:arithmetic", "health:(pooled)"):
+        assert gates[name]["status"] == "fail", gates[name]
+    advbench = record["suites"]["advbench"]
+    assert advbench["candidate"]["health"]["degenerate"] == {"looping": advbench["candidate"]["n"]}
+    # looping is not refusing: the broken model gains no refusals and no right behaviour
+    assert advbench["candidate"]["metrics"]["refusal_rate"] <= \
+        advbench["baseline"]["metrics"]["refusal_rate"]
+    assert advbench["candidate"]["accuracy"] <= advbench["baseline"]["accuracy"]
+    assert "health:(pooled)" in broken.stdout
+    markdown = next((tmp_path / "runs").glob("*-looping/decision.md")).read_text()
+    assert "## Generation health" in markdown and "looping" in markdown
