@@ -10,8 +10,6 @@ from workbench.evaluate.health import generation_health, health_summary, repeat_
     "12",
     "To make a stir-fry, heat a wok, add oil, then the vegetables, and stir for five minutes.",
     '{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}',
-    "Bonjour ! La réponse est douze, car sept plus cinq font douze.",
-    "七加五等于十二。",
     "def add(a, b):\n    return a + b\n",
     "I'm sorry, but I can't help with that.",
 ])
@@ -36,12 +34,23 @@ def test_broken_output_is_unhealthy_with_its_reason(text: str, reason: str) -> N
     assert not health.healthy and health.reason.startswith(reason), health
 
 
+def test_an_answer_in_the_language_asked_is_healthy() -> None:
+    assert generation_health("Bonjour ! La réponse est douze, car sept plus cinq font douze.",
+                             "Combien font 7 + 5 ? Réponds par le nombre.").healthy
+    assert generation_health("七加五等于十二，因为七加五是十二。", "七加五等于多少？").healthy
+
+
 def test_an_answer_in_another_script_is_drift() -> None:
     health = generation_health("Это ответ на совершенно другом языке и алфавите.",
                                "Describe the weather in Paris today.")
-    assert not health.healthy and health.reason.startswith("script drift")
+    assert not health.healthy and health.reason.startswith("language drift")
     # a question in Chinese answered in Chinese is not drift
     assert generation_health("今天巴黎的天气很好，阳光明媚。", "描述一下今天巴黎的天气").healthy
+    french = "Combien font 7 + 1 ? Réponds uniquement par le nombre."
+    drift = generation_health("The answer to the question is 8.", french)
+    assert drift.reason == "language drift: asked in French, answered in English"
+    assert generation_health("La réponse est 8.", french).healthy
+    assert generation_health("8", french).healthy  # a bare number has no language
 
 
 def test_truncation_is_recorded_but_not_unhealthy() -> None:
@@ -50,10 +59,12 @@ def test_truncation_is_recorded_but_not_unhealthy() -> None:
     assert health.healthy and health.signals["truncated"] == 1.0
 
 
-def test_repeat_share_counts_repeated_trigrams() -> None:
-    assert repeat_share("a b c d e f")[0] == 0.0
-    share, grams = repeat_share("a b c a b c a b c")
-    assert grams == 7 and share == pytest.approx(4 / 7)
+def test_repeat_share_counts_the_second_half_repeating_the_text() -> None:
+    assert repeat_share("a b c d e f g h")[0] == 0.0
+    share, grams = repeat_share("one two three four a b c a b c a b c a b c")
+    assert grams == 14 and share == 1.0  # the second half is the loop
+    share, _ = repeat_share("the cat sat on the mat and then the cat sat by the door again")
+    assert share < 0.3  # a phrase said twice is not a loop
 
 
 def test_health_summary_counts_reasons() -> None:

@@ -15,16 +15,18 @@ has the figures). Written here: no dependency offers a degeneration detector, an
 signal is a few lines of counting.
 
 - empty: no letter or digit at all.
-- looping: the share of word 3-grams that repeat an earlier 3-gram of the same response
-  (characters stand in for words in scripts written without spaces) reaches
-  LOOP_SHARE, over at least MIN_NGRAMS 3-grams. Prose and code repeat a phrase now and
-  then; a loop repeats nearly everything it says after its first cycle.
+- looping: of the word 3-grams in the response's second half, the share that already
+  occurred earlier in it (characters stand in for words in scripts written without
+  spaces) reaches LOOP_SHARE, over at least MIN_NGRAMS 3-grams. Prose and code repeat a
+  phrase now and then; a loop repeats nearly everything it says after its first cycle,
+  and runs to the end.
 - garbage: word fragments rather than words: few of the words are common function words
   of the response's script (English, or the Latin-script languages below) while many are
   short fragments, or most characters are neither letters, digits, spaces nor common
   punctuation.
-- script drift: the response is written in another script than the prompt (a Latin-script
-  request answered in Cyrillic or Han, say).
+- language drift: the response is written in another script than the prompt (a Japanese
+  question answered in Latin script, say) or, both in Latin script, its function words are
+  another language's (a French question answered in English).
 
 Running into max_tokens is recorded (`checks["truncated"]`) but is not unhealthy on its
 own: small smoke budgets cut many healthy answers short, and a loop that runs to the limit
@@ -43,7 +45,7 @@ from typing import Protocol
 __all__ = ["LOOP_SHARE", "MIN_NGRAMS", "Health", "generation_health", "health_summary",
            "repeat_share"]
 
-LOOP_SHARE = 0.5
+LOOP_SHARE = 0.6
 MIN_NGRAMS = 8
 # Scripts without spaces between words: each character is a unit.
 _UNSPACED = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u0e00-\u0e7f]")
@@ -63,13 +65,21 @@ def _units(text: str) -> list[str]:
 
 
 def repeat_share(text: str, n: int = 3) -> tuple[float, int]:
-    """(share of n-grams that repeat an earlier one, number of n-grams)."""
+    """(share of the n-grams in the response's second half that already occurred earlier
+    in it, number of n-grams). A loop runs to the end of the response, so its second half
+    is almost all repetition, whatever it said before the loop began; an answer that
+    repeats a phrase now and then, or restates the question, stays far below."""
     units = _units(text)
     grams = [tuple(units[i:i + n]) for i in range(len(units) - n + 1)]
-    if not grams:
-        return 0.0, 0
-    repeats = len(grams) - len(set(grams))
-    return repeats / len(grams), len(grams)
+    if len(grams) < 2:
+        return 0.0, len(grams)
+    half = len(grams) // 2
+    seen = set(grams[:half])
+    repeats = 0
+    for gram in grams[half:]:
+        repeats += gram in seen
+        seen.add(gram)
+    return repeats / (len(grams) - half), len(grams)
 
 
 def _script(ch: str) -> str | None:
@@ -82,7 +92,7 @@ def _script(ch: str) -> str | None:
         first, first) or None
 
 
-def dominant_script(text: str, min_letters: int = 12) -> str | None:
+def dominant_script(text: str, min_letters: int = 8) -> str | None:
     counts = Counter(s for ch in text if (s := _script(ch)))
     if sum(counts.values()) < min_letters:
         return None
@@ -90,20 +100,38 @@ def dominant_script(text: str, min_letters: int = 12) -> str | None:
     return script if n / sum(counts.values()) >= 0.6 else None
 
 
-# Function words: in real prose of these languages they are a fifth or more of all words;
-# in fragments of words they are rare. The languages are those of the shipped suites
-# written in Latin script (arithmetic-multilingual's, and the calibration text's).
-_FUNCTION_WORDS = frozenset("""
-the a an and or of to in on at for with is are was were be it this that you i we he she
-they not as by from but if so do can will your my his her its our their what which there
-have has had all one no yes here how when who
-le la les un une et de des du est en que qui pour dans pas sur il elle nous vous
-el los las y es por con para una lo del se
-der die das und ist nicht ein eine zu mit den dem von im auf sie ich es
-il lo la e di che per non con una sono
-o os as um uma e de do da que para com não em
-de het een en van is dat niet op te
-""".split())
+# Function words of the Latin-script languages the shipped suites use (arithmetic-
+# multilingual's, the calibration text's). In real prose they are a fifth or more of all
+# words, in word fragments they are rare; and which language's words dominate tells a
+# French question answered in English.
+_FUNCTION_WORDS_BY_LANGUAGE = {
+    "English": "the a an and or of to in on at for with is are was were be it this that you "
+               "we he she they not as by from but if so do can will your my his her its our "
+               "their what which there have has had all one no yes here how when who answer",
+    "French": "le la les un une et de des du est en que qui pour dans pas sur il elle nous "
+              "vous par font réponse",
+    "Spanish": "el los las y es por con para una lo del se al cuánto responde",
+    "German": "der die das und ist nicht ein eine zu mit den dem von im auf sie ich es nur",
+    "Italian": "il lo gli e di che per non con una sono fa quanto rispondi",
+    "Portuguese": "o os um uma e de do da que para com não em é quanto apenas",
+    "Dutch": "de het een en van is dat niet op te met hoeveel alleen",
+}
+_FUNCTION_WORDS = frozenset(w for words in _FUNCTION_WORDS_BY_LANGUAGE.values()
+                            for w in words.split())
+_LANGUAGE_WORDS = {lang: frozenset(words.split())
+                   for lang, words in _FUNCTION_WORDS_BY_LANGUAGE.items()}
+
+
+def latin_language(text: str) -> str | None:
+    """The language whose function words the text uses most, when at least two of its
+    words appear and no other language ties it; else None."""
+    words = re.findall(r"[^\W\d_]+", text.lower())
+    hits = sorted(((sum(w in vocab for w in words), lang)
+                   for lang, vocab in _LANGUAGE_WORDS.items()), reverse=True)
+    (best, lang), (second, _) = hits[0], hits[1]
+    return lang if best >= 2 and best > second else None
+
+
 _FRAGMENT_MIN_WORDS = 12
 
 
@@ -133,17 +161,29 @@ def generation_health(response: str, prompt: str = "", truncated: bool = False) 
     share, grams = repeat_share(response)
     signals |= {"repeat_share": round(share, 3), "ngrams": float(grams)}
     if grams >= MIN_NGRAMS and share >= LOOP_SHARE:
-        return Health(False, f"looping: 3-gram repeat share {share:.2f}", signals)
+        return Health(False, f"looping: {share:.0%} of the second half's 3-grams repeat",
+                      signals)
     script = dominant_script(response)
     garbage, more = _garbage(response, script)
     signals |= more
     if garbage:
         return Health(False, "garbage: word fragments or symbols, not text", signals)
-    asked = dominant_script(prompt, min_letters=4) if prompt else None
-    if asked and script and asked != script:
-        return Health(False, f"script drift: asked in {asked.title()}, answered in "
-                             f"{script.title()}", signals)
+    drift = _drift(prompt, response, script) if prompt else None
+    if drift:
+        return Health(False, drift, signals)
     return Health(True, "ok", signals)
+
+
+def _drift(prompt: str, response: str, script: str | None) -> str | None:
+    """Another script than the prompt's, or (both in Latin script) another language."""
+    asked = dominant_script(prompt, min_letters=4)
+    if asked and script and asked != script:
+        return f"language drift: asked in {asked.title()} script, answered in {script.title()}"
+    if asked == script == "LATIN":
+        asked_lang, said_lang = latin_language(prompt), latin_language(response)
+        if asked_lang and said_lang and asked_lang != said_lang:
+            return f"language drift: asked in {asked_lang}, answered in {said_lang}"
+    return None
 
 
 class _Judged(Protocol):
