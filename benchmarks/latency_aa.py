@@ -27,7 +27,7 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-from workbench.compare import ratio_interval  # noqa: E402
+from workbench.latency_ratios import ratio_interval  # noqa: E402
 from workbench.loadtest import per_request_ms  # noqa: E402
 from workbench.paths import link_shared_cache  # noqa: E402
 

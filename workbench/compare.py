@@ -7,7 +7,6 @@ on the per-item differences) and an exact McNemar test of the discordant pairs
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -18,7 +17,6 @@ from scipy import stats
 
 from .evaluate.runner import ItemResult, SuiteResult
 from .gates import (
-    LATENCY_METRICS,
     FidelityGate,
     GatePolicy,
     HealthGate,
@@ -27,10 +25,19 @@ from .gates import (
     QualityGate,
     SLOGate,
 )
-from .loadtest import LevelResult, LoadResult, per_request_ms
+from .latency_ratios import (
+    latency_judgement,
+    level_value,
+    ratio,
+    round_values,
+    session_ratio_interval,
+    within_session_interval,
+)
+from .loadtest import LoadResult
 
-__all__ = ["Evidence", "GateOutcome", "PairedDelta", "compare_suite", "count_flips", "decide",
-           "evaluate_gates", "holm_adjust", "paired_delta", "paired_scores"]
+__all__ = ["Evidence", "GateOutcome", "PairedDelta", "compare_suite", "constant_answers",
+           "count_flips", "decide", "evaluate_gates", "evidence_strength", "holm_adjust",
+           "non_inferiority", "paired_delta", "paired_scores"]
 
 Status = Literal["pass", "fail", "inconclusive", "not_applicable"]
 
@@ -326,63 +333,18 @@ def _health_checks(gate: HealthGate, ev: Evidence, policy: GatePolicy, seed: int
     return checks, outcomes
 
 
-def _level_value(level: LevelResult, metric: str) -> float:
-    attr, stat = LATENCY_METRICS[metric]
-    value = getattr(level, attr)
-    # a figure the level lacks (no SLO declared) is NaN: every comparison with it fails
-    return float(value.get(stat, math.nan) if stat else value)
-
-
-def _ratio(base: float, cand: float) -> float:
-    if math.isnan(base) or math.isnan(cand):
-        return math.nan
-    if base > 0:
-        return cand / base
-    return 1.0 if cand == base else math.inf
-
-
 def _memory_outcome(gate: MemoryGate, base: dict, cand: dict) -> GateOutcome:
     bound = "max" if gate.max_ratio is not None else "min"
     limit = float(gate.max_ratio if gate.max_ratio is not None else gate.min_ratio or 0)
     name = f"memory:{gate.metric}:{bound}_ratio"
     bv, cv = float(base.get(gate.metric) or math.nan), float(cand.get(gate.metric) or math.nan)
-    ratio = _ratio(bv, cv)
-    if math.isnan(ratio):
-        return GateOutcome(name, "fail", f"{gate.metric} not measured (fail closed)")
-    ok = ratio <= limit if bound == "max" else ratio >= limit
-    return GateOutcome(name, "pass" if ok else "fail",
-                       f"{gate.metric} {bv:.0f} -> {cv:.0f}, ratio {ratio:.3f} ({bound} {limit})",
-                       limit, ratio, {"baseline": bv, "candidate": cv})
-
-
-MIN_TAIL = 5  # requests beyond a percentile needed to bootstrap its ratio
-
-
-def ratio_interval(base: np.ndarray, cand: np.ndarray, percentile: float, confidence: float,
-                   resamples: int, seed: int) -> tuple[float, float]:
-    """Percentile-bootstrap interval of percentile(cand) / percentile(base), the requests of
-    each model resampled on their own (they are different requests, not pairs)."""
-    def ratio(b: np.ndarray, c: np.ndarray, axis: int = -1) -> np.ndarray:
-        return np.percentile(c, percentile, axis=axis) / np.percentile(b, percentile, axis=axis)
-
-    res = stats.bootstrap((base, cand), ratio, confidence_level=confidence,
-                          n_resamples=resamples, method="percentile", paired=False,
-                          vectorized=True, random_state=np.random.default_rng(seed))
-    return float(res.confidence_interval.low), float(res.confidence_interval.high)
-
-
-def _latency_judgement(value: float, interval: tuple[float, float] | None, limit: float,
-                       bound: str) -> Status:
-    """By the interval when there is one (inside the limit: pass; wholly outside: fail;
-    across it: inconclusive), else by the point ratio."""
+    value = ratio(bv, cv)
     if math.isnan(value):
-        return "fail"
-    if interval is None:
-        return "pass" if (value <= limit if bound == "max" else value >= limit) else "fail"
-    low, high = interval
-    if bound == "max":
-        return "pass" if high <= limit else "fail" if low > limit else "inconclusive"
-    return "pass" if low >= limit else "fail" if high < limit else "inconclusive"
+        return GateOutcome(name, "fail", f"{gate.metric} not measured (fail closed)")
+    ok = value <= limit if bound == "max" else value >= limit
+    return GateOutcome(name, "pass" if ok else "fail",
+                       f"{gate.metric} {bv:.0f} -> {cv:.0f}, ratio {value:.3f} ({bound} {limit})",
+                       limit, value, {"baseline": bv, "candidate": cv})
 
 
 def _latency_outcomes(gate: LatencyGate, ev: Evidence, policy: GatePolicy, seed: int
@@ -403,76 +365,31 @@ def _latency_outcomes(gate: LatencyGate, ev: Evidence, policy: GatePolicy, seed:
         if clevel is None:
             outcomes.append(GateOutcome(label, "fail", "candidate level missing (fail closed)"))
             continue
-        bv, cv = _level_value(blevel, gate.metric), _level_value(clevel, gate.metric)
-        ratio = _ratio(bv, cv)
-        rounds = _round_values(base, blevel.key, gate.metric), \
-            _round_values(cand, blevel.key, gate.metric)
+        bv, cv = level_value(blevel, gate.metric), level_value(clevel, gate.metric)
+        value = ratio(bv, cv)
+        rounds = round_values(base, blevel.key, gate.metric), \
+            round_values(cand, blevel.key, gate.metric)
         between = session_ratio_interval(*rounds, policy.confidence) \
             if min(len(rounds[0]), len(rounds[1])) > 1 else None
         if between is not None:
-            ratio, interval = between
+            value, interval = between
             shown = (f" [{interval[0]:.3f}, {interval[1]:.3f}] over {len(rounds[0])} + "
                      f"{len(rounds[1])} engine sessions (between-session t interval)")
         else:
-            interval = _level_interval(gate.metric, ev, blevel, clevel, policy, seed)
+            interval = within_session_interval(gate.metric, ev.raw_dirs, blevel, clevel,
+                                               policy.confidence, policy.bootstrap_resamples,
+                                               seed)
             shown = (f" [{interval[0]:.3f}, {interval[1]:.3f}] within one session each: "
                      "the variance between sessions is not in it" if interval else
                      " (point: no interval from this few requests)")
-        status = _latency_judgement(ratio, interval, limit, bound)
-        detail = (f"{gate.metric} {bv:.2f} -> {cv:.2f}, ratio {ratio:.3f}{shown} "
+        status = latency_judgement(value, interval, limit, bound)
+        detail = (f"{gate.metric} {bv:.2f} -> {cv:.2f}, ratio {value:.3f}{shown} "
                   f"({bound} {limit})")
-        outcomes.append(GateOutcome(label, status, detail, limit, ratio, {
+        outcomes.append(GateOutcome(label, status, detail, limit, value, {
             "baseline": bv, "candidate": cv,
             "ratio_interval": list(interval) if interval else None,
             "baseline_rounds": rounds[0], "candidate_rounds": rounds[1]}))
     return outcomes
-
-
-def _round_values(load: LoadResult, key: str, metric: str) -> list[float]:
-    """The metric at one level in each engine session the model was load-tested in."""
-    return [_level_value(lv, metric) for r in load.all_rounds()
-            if (lv := r.level(key)) is not None]
-
-
-def session_ratio_interval(base: list[float], cand: list[float], confidence: float
-                           ) -> tuple[float, tuple[float, float]] | None:
-    """(ratio, interval) of candidate / baseline from one figure per engine session.
-
-    Each session's figure already carries its within-session noise, so the spread of the
-    sessions' log figures around their model's mean estimates the whole variance, between
-    sessions included; both models' spreads are pooled (the same engine, machine and
-    workload) and the log ratio's interval is Student's t with n_b + n_c - 2 degrees of
-    freedom: exact for log-normal session figures, and wide when sessions are few, as it
-    should be. Written here: scipy.stats.ttest_ind gives the test, not this interval of a
-    difference on the log scale. None when a figure is not positive (no log)."""
-    if min(base + cand) <= 0 or any(math.isnan(v) for v in base + cand):
-        return None
-    lb, lc = np.log(base), np.log(cand)
-    df = len(lb) + len(lc) - 2
-    pooled = (np.sum((lb - lb.mean()) ** 2) + np.sum((lc - lc.mean()) ** 2)) / df
-    se = math.sqrt(pooled * (1 / len(lb) + 1 / len(lc)))
-    diff = float(lc.mean() - lb.mean())
-    half = float(stats.t.ppf(1 - (1 - confidence) / 2, df)) * se
-    return math.exp(diff), (math.exp(diff - half), math.exp(diff + half))
-
-
-def _level_interval(metric: str, ev: Evidence, blevel: LevelResult, clevel: LevelResult,
-                    policy: GatePolicy, seed: int) -> tuple[float, float] | None:
-    """The ratio's interval from both levels' per-request data, when the metric is a
-    per-request percentile and the raw files are at hand; else None."""
-    attr, stat = LATENCY_METRICS[metric]
-    if not stat or not stat.startswith("p") or ev.raw_dirs is None:
-        return None
-    raws = [ev.raw_dirs[i] / Path(lv.raw_file).name for i, lv in enumerate((blevel, clevel))]
-    if not all(r.is_file() for r in raws):
-        return None
-    b, c = (per_request_ms(json.loads(r.read_text()), attr.removesuffix("_ms")) for r in raws)
-    q = float(stat[1:])
-    # A bootstrap cannot see past the sample's extremes: with fewer than MIN_TAIL requests
-    # beyond the percentile (p99 of 16 requests: none) its interval is falsely narrow.
-    if min(len(b), len(c)) * (100 - q) / 100 < MIN_TAIL or not (b > 0).all():
-        return None
-    return ratio_interval(b, c, q, policy.confidence, policy.bootstrap_resamples, seed)
 
 
 @dataclass(frozen=True)

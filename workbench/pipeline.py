@@ -165,17 +165,20 @@ def _baseline_stage(p: Plan, run_dir: Path, device: str, console: Console
 def _candidate_stage(p: Plan, q: QuantizeResult, run_dir: Path, device: str,
                      console: Console) -> Measurement:
     console.print(f"[bold]candidate {p.candidate_name}[/]: measuring")
-    return measure(p.cfg, "candidate", Path(q.path), f"{p.cfg.model.name}-{p.candidate_name}",
+    return measure(p.cfg, "candidate", Path(q.path), _served_name(p, "candidate"),
                    q.serve_args, p.suites, p.requests, p.model_dir, run_dir / "candidate",
                    console, device)
+
+
+def _served_name(p: Plan, role: str) -> str:
+    return p.cfg.model.name if role == "baseline" else f"{p.cfg.model.name}-{p.candidate_name}"
 
 
 def _load_session(p: Plan, role: str, model_dir: Path, serve_args: list[str], out_dir: Path,
                   console: Console, device: str) -> Measurement:
     """An engine session that runs the load test alone."""
-    served = p.cfg.model.name if role == "baseline" else f"{p.cfg.model.name}-{p.candidate_name}"
-    return measure(p.cfg, role, model_dir, served, serve_args, [], p.requests, p.model_dir,
-                   out_dir, console, device)
+    return measure(p.cfg, role, model_dir, _served_name(p, role), serve_args, [], p.requests,
+                   p.model_dir, out_dir, console, device)
 
 
 def _later_rounds(p: Plan, q: QuantizeResult, base: Measurement, cand: Measurement,
@@ -183,6 +186,8 @@ def _later_rounds(p: Plan, q: QuantizeResult, base: Measurement, cand: Measureme
                   ) -> tuple[Measurement, Measurement]:
     """The load test again in fresh engine sessions, baseline and candidate in turn, so
     that the latency gates see the variance between sessions (load.rounds)."""
+    if p.cfg.load.rounds < 2:
+        return base, cand
     sides = {"baseline": (base, p.model_dir, []), "candidate": (cand, Path(q.path),
                                                                 q.serve_args)}
     later: dict[str, list[LoadResult]] = {"baseline": [], "candidate": []}

@@ -258,7 +258,7 @@ def test_a_regression_in_one_slice_rejects_while_the_aggregate_passes() -> None:
 def test_latency_ratios_carry_a_per_request_bootstrap_interval(tmp_path) -> None:
     import json
 
-    from workbench.compare import ratio_interval
+    from workbench.latency_ratios import ratio_interval
 
     rng = np.random.default_rng(0)
     base = rng.lognormal(np.log(100), 0.1, 200)

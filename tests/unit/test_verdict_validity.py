@@ -16,11 +16,11 @@ from workbench.compare import (
     evaluate_gates,
     evidence_strength,
     paired_delta,
-    session_ratio_interval,
 )
 from workbench.evaluate.fidelity import first_divergence, generation_agreement
 from workbench.evaluate.runner import ItemResult, SuiteResult
 from workbench.gates import FidelityGate, GatePolicy, HealthGate, LatencyGate, QualityGate
+from workbench.latency_ratios import session_ratio_interval
 from workbench.loadtest import LevelResult, LoadResult
 
 
