@@ -20,10 +20,11 @@ signal is a few lines of counting.
   spaces) reaches LOOP_SHARE, over at least MIN_NGRAMS 3-grams. Prose and code repeat a
   phrase now and then; a loop repeats nearly everything it says after its first cycle,
   and runs to the end.
-- garbage: word fragments rather than words: few of the words are common function words
-  of the response's script (English, or the Latin-script languages below) while many are
-  short fragments, or most characters are neither letters, digits, spaces nor common
-  punctuation.
+- garbage: word fragments rather than words. In Latin script: under a tenth of the words
+  are function words of the suites' languages while a tenth or more are 13+ letters long
+  (fragments glued together: "idersahiahi"), or, over 12+ words, under 5% are function
+  words. In any script: three in ten characters are neither letters, digits, spaces nor
+  common punctuation.
 - language drift: the response is written in another script than the prompt (a Japanese
   question answered in Latin script, say) or, both in Latin script, its function words are
   another language's (a French question answered in English).
@@ -133,6 +134,8 @@ def latin_language(text: str) -> str | None:
 
 
 _FRAGMENT_MIN_WORDS = 12
+_GLUED_MIN_WORDS = 8
+_GLUED_LETTERS = 13
 
 
 def _garbage(text: str, script: str | None) -> tuple[bool, dict[str, float]]:
@@ -146,11 +149,14 @@ def _garbage(text: str, script: str | None) -> tuple[bool, dict[str, float]]:
     if script != "LATIN":
         return False, signals
     words = re.findall(r"[^\W\d_]+", text.lower())
-    if len(words) < _FRAGMENT_MIN_WORDS:
+    if len(words) < _GLUED_MIN_WORDS:
         return False, signals
     function = sum(w in _FUNCTION_WORDS for w in words) / len(words)
-    signals["function_word_share"] = round(function, 3)
-    return function < 0.05, signals
+    # fragments glued without spaces ("idersahiahi"): words this long are rare in prose
+    glued = sum(len(w) >= _GLUED_LETTERS for w in words) / len(words)
+    signals |= {"function_word_share": round(function, 3), "long_word_share": round(glued, 3)}
+    return (function < 0.10 and glued >= 0.10) or (
+        len(words) >= _FRAGMENT_MIN_WORDS and function < 0.05), signals
 
 
 def generation_health(response: str, prompt: str = "", truncated: bool = False) -> Health:
