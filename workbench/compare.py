@@ -373,6 +373,7 @@ def _latency_outcomes(gate: LatencyGate, ev: Evidence, policy: GatePolicy, seed:
             if min(len(rounds[0]), len(rounds[1])) > 1 else None
         if between is not None:
             value, interval = between
+            bv, cv = (float(stats.gmean(r)) for r in rounds)  # what the ratio compares
             shown = (f" [{interval[0]:.3f}, {interval[1]:.3f}] over {len(rounds[0])} + "
                      f"{len(rounds[1])} engine sessions (between-session t interval)")
         else:

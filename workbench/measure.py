@@ -111,8 +111,10 @@ def _print_level(console: Console, role: str, lv: LevelResult) -> None:
 
 def measure(cfg: RunConfig, role: str, model_dir: Path, served: str, extra_args: list[str],
             suites: list[Suite], requests: list[Request], tokenizer_dir: Path, out_dir: Path,
-            console: Console, device: str) -> Measurement:
-    """Start the engine for one model, run every suite and the load sweep, stop it."""
+            console: Console, device: str, ceiling: bool = True) -> Measurement:
+    """Start the engine for one model, run every suite and the load sweep, stop it.
+
+    ceiling: also measure the load generator's own limit (once per run is enough)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     server = EngineServer(model_dir, served, cfg.engine, out_dir / "server.log", extra_args,
@@ -132,7 +134,7 @@ def measure(cfg: RunConfig, role: str, model_dir: Path, served: str, extra_args:
                     server.base_url, served, tokenizer_dir, cfg.workload, out_dir / "load",
                     requests, name=cfg.load.profile, check_engine=server.check_alive,
                     scrape=server.metrics, on_level=functools.partial(_print_level, console,
-                                                                      role))
+                                                                      role), ceiling=ceiling)
         # read after the load, when the engine has reported its final cache figures
         final = server.metrics()
         server.info.cache_info = parse_cache_info(final) or server.info.cache_info

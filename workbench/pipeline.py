@@ -175,10 +175,10 @@ def _served_name(p: Plan, role: str) -> str:
 
 
 def _load_session(p: Plan, role: str, model_dir: Path, serve_args: list[str], out_dir: Path,
-                  console: Console, device: str) -> Measurement:
+                  console: Console, device: str, ceiling: bool = True) -> Measurement:
     """An engine session that runs the load test alone."""
     return measure(p.cfg, role, model_dir, _served_name(p, role), serve_args, [], p.requests,
-                   p.model_dir, out_dir, console, device)
+                   p.model_dir, out_dir, console, device, ceiling)
 
 
 def _later_rounds(p: Plan, q: QuantizeResult, base: Measurement, cand: Measurement,
@@ -197,7 +197,7 @@ def _later_rounds(p: Plan, q: QuantizeResult, base: Measurement, cand: Measureme
                           "(a fresh engine session)")
             later[role].append(_load_session(p, role, model_dir, args,
                                              run_dir / role / f"round-{r}", console,
-                                             device).load)
+                                             device, ceiling=False).load)
     out = []
     for role, (m, _, _) in sides.items():
         m = replace(m, load=replace(m.load, rounds=later[role]))

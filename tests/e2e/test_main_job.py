@@ -25,3 +25,12 @@ def test_main_job_decides_and_records(tmp_path: Path) -> None:
     assert record["quantization"]["served_format"]["label"] == "W4A16"
     assert record["suites"]["arithmetic"]["baseline"]["n"] == 120
     assert "decision:" in result.stdout.lower()
+    # the evidence a broken model cannot hide from: generation health on every generating
+    # suite, the safety kinds, and greedy agreement with the baseline
+    advbench = record["suites"]["advbench"]
+    assert {"health_rate", "degenerate_share", "refusal_rate_healthy"} <= \
+        advbench["candidate"]["metrics"].keys()
+    assert "health:(pooled)" in {g["gate"] for g in record["gates"]}
+    assert record["fidelity"]["heldout-text"]["agreement"]["items"] == 16
+    markdown = next((tmp_path / "runs").glob("*-int4/decision.md")).read_text()
+    assert "## Generation health" in markdown and "Generation agreement" in markdown

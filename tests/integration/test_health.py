@@ -1,8 +1,9 @@
 """A verdict a broken model cannot pass, through the real engine on tiny models.
 
 Two tiny Llamas whose weights are set so that greedy decoding walks a fixed cycle of
-English words: the "talking" one cycles through ~150 distinct words (text, to the health
-check: no loop within any suite's token budget), the "looping" one through three. With
+English words: the "talking" one cycles through 150 distinct words, nouns and grammar
+words in turn (text, to the health check: no loop within any suite's token budget), the
+"looping" one through three. With
 every layer's output projection zeroed, the residual stream is the current token's
 embedding, and the untied output head maps each token's embedding to the next word of the
 cycle, so the behaviour is exact and needs no training.
@@ -21,19 +22,19 @@ from workbench.paths import default_model_dir
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
-WORDS = """time people water story music family house garden morning river city school
+NOUNS = """time people water story music family house garden morning river city school
 market letter window friend teacher doctor village island forest mountain summer winter
 kitchen office bridge station railway harbour castle church library museum theatre
 painting picture camera engine machine bottle basket pocket jacket button candle blanket
 pillow carpet mirror ladder hammer pencil paper notebook journey travel holiday weekend
 evening night dinner lunch breakfast coffee bread butter cheese apple orange lemon sugar
 honey salt pepper onion potato carrot tomato garlic chicken rabbit horse sheep cattle
-farmer driver player singer writer reader student captain soldier sailor pilot nurse
-lawyer judge king queen prince princess village country nation world planet ocean desert
-valley meadow lake stream shadow light colour silver golden yellow purple simple quiet
-gentle bright happy careful useful famous modern ancient northern southern eastern western
-early later often always never seldom together inside outside above below behind between
-during before after until while because although""".split()
+farmer driver player singer writer reader student captain soldier sailor pilot nurse""".split()
+# Grammar words between the nouns, as in prose (the health check reads their share).
+FUNCTION = """the of and to in is for with on that as at by from it this was are be or
+an not but if so do can will your my his her its our their what which there have has had
+all one no here how when who were they we you he she""".split()
+WORDS = [w for pair in zip(NOUNS, FUNCTION, strict=False) for w in pair] + NOUNS[len(FUNCTION):]
 
 CONFIG = """
 model: {{name: talking-llama, path: {talking}}}
@@ -68,7 +69,7 @@ latency:
 
 def cycle_model(base: Path, out: Path, cycle_len: int) -> Path:
     """A copy of the tiny model that answers every chat prompt with the first cycle_len
-    words of WORDS, over and over."""
+    words of WORDS, then a newline, over and over."""
     import torch
     from safetensors.torch import load_file, save_file
     from transformers import AutoTokenizer
@@ -84,8 +85,10 @@ def cycle_model(base: Path, out: Path, cycle_len: int) -> Path:
     generator = torch.Generator().manual_seed(0)
     embed = torch.randn(weights["model.embed_tokens.weight"].shape, generator=generator) * 0.5
     head = embed.clone()  # every other token repeats itself
-    following = {last: cycle[0], **{a: b for a, b in zip(cycle, cycle[1:] + cycle[:1],
-                                                         strict=True)}}
+    # one ring through the prompt's last token (a newline) and the words: each row of the
+    # output head can name one predecessor only
+    ring = [last, *cycle]
+    following = dict(zip(ring, ring[1:] + ring[:1], strict=True))
     for token in following:
         head[token] = 0.0
     for token, nxt in following.items():
