@@ -1,6 +1,6 @@
 """Real A/A latency runs: does the interval contain "no change" for an identical model?
 
-    .venv/bin/python benchmarks/latency_aa.py [--runs 3] [--rounds 2]
+    .venv/bin/python benchmarks/latency_aa.py [--runs 3] [--rounds 2] [--simulate-only]
 
 Runs `workbench evaluate` on the default model against itself (`recipe: none`: the same
 weights and engine arguments) --runs times, with the default config's CPU `interactive`
@@ -8,15 +8,18 @@ load profile measured in --rounds engine sessions per model. For every latency r
 gates judge (TTFT, TPOT and end-to-end p50, output throughput, at each level) it prints
 the between-session interval the gates use and, from the first session's per-request data
 alone, the within-session bootstrap interval used before (one session each), and counts how
-many of each contain 1.0. A scratch cache folder links the real one's environments and
-model; the first run measures the baseline's suite and caches it, the load test runs in
-every session. Results: docs/gates.md.
+many of each contain 1.0. First it simulates the same at 95%: how often each kind of
+interval holds 1.0 when sessions differ by more than requests within a session do. A
+scratch cache folder links the real one's environments and model; the first run measures
+the baseline's suite and caches it, the load test runs in every session. Results:
+docs/gates.md.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -71,11 +74,43 @@ def within_session(run_dir: Path, key: str, metric: str) -> tuple[float, float] 
     return ratio_interval(b, c, 50, 0.95, 10000, 0)
 
 
+def simulate(runs: int = 4000) -> None:
+    """Coverage of 1.0 by A/A intervals, per-session figures drawn log-normal: a session
+    effect (sd s) times within-session noise (sd w, what a within-session bootstrap sees)."""
+    from workbench.latency_ratios import session_ratio_interval
+
+    rng = np.random.default_rng(0)
+    print("| session sd / within sd | one session each, within-session interval | "
+          "2 + 2 sessions, t interval | 3 + 3 sessions, t interval |")
+    print("|---|---|---|---|")
+    w = 0.03
+    for s in (0.0, 0.03, 0.08):
+        cells = []
+        naive = 0
+        for _ in range(runs):
+            b, c = np.exp(rng.normal(0, s, 2) + rng.normal(0, w, 2))
+            naive += abs(math.log(c / b)) <= 1.96 * w * math.sqrt(2)
+        cells.append(f"{naive / runs:.3f}")
+        for sessions in (2, 3):
+            hit = 0
+            for _ in range(runs):
+                draw = [list(np.exp(rng.normal(0, s, sessions) + rng.normal(0, w, sessions)))
+                        for _ in range(2)]
+                _, (low, high) = session_ratio_interval(draw[0], draw[1], 0.95)
+                hit += low <= 1.0 <= high
+            cells.append(f"{hit / runs:.3f}")
+        print(f"| {s / w:.1f} | " + " | ".join(cells) + " |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--simulate-only", action="store_true")
     args = parser.parse_args()
+    simulate()
+    if args.simulate_only:
+        return
     work = Path(tempfile.mkdtemp(prefix="latency-aa-"))
     (work / "config.yaml").write_text(CONFIG.format(repo=REPO, rounds=args.rounds))
     (work / "gates.yaml").write_text(GATES)

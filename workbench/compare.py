@@ -173,18 +173,19 @@ def paired_scores(base: SuiteResult, cand: SuiteResult, slice_name: str | None =
 
 
 def compare_suite(base: SuiteResult, cand: SuiteResult, confidence: float, resamples: int,
-                  seed: int) -> dict[str, dict]:
+                  seed: int, metric: str = "score") -> dict[str, dict]:
     """Every slice of a suite, gated or not: n, baseline, candidate, delta with its
     interval, flips each way and McNemar's p ("(all)" is the whole suite), and whether the
-    baseline gave one answer to every item (then the slice cannot show a change)."""
+    baseline gave one answer to every item (then the slice cannot show a change). metric:
+    the per-item score, or a per-item check such as healthy."""
     out = {}
     for slice_name in [None, *base.slices]:
-        b, c = paired_scores(base, cand, slice_name)
+        b, c = paired_scores(base, cand, slice_name, metric)
         if b:
             d = paired_delta(b, c, confidence, resamples, seed)
             out[slice_name or "(all)"] = {
                 **{k: v for k, v in asdict(d).items() if k != "p_inferior"},
-                "constant_baseline": constant_answers(base, slice_name)}
+                "constant_baseline": metric == "score" and constant_answers(base, slice_name)}
     return out
 
 

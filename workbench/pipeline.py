@@ -245,6 +245,10 @@ def _paired_summaries(p: Plan, base: Measurement, cand: Measurement) -> dict:
                                   "to_wrong": overall.get("flips_to_wrong", 0),
                                   "to_right": overall.get("flips_to_right", 0)}
             out[name]["comparison"] = compared
+            if b.generates and c.generates:
+                out[name]["health_comparison"] = compare_suite(
+                    b, c, p.policy.confidence, p.policy.bootstrap_resamples, p.cfg.seed,
+                    metric="healthy")
     return out
 
 

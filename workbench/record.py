@@ -162,12 +162,16 @@ def _health_table(suites: dict) -> list[str]:
     lines = ["", "## Generation health", "",
              "Every generated response is checked before it is scored: empty, looping, "
              "word fragments, or another script than the prompt's (docs/gates.md).", "",
-             "| suite | n | healthy, baseline → candidate | degenerate (candidate) | "
-             "degenerate (baseline) |", "|---|---|---|---|---|"]
+             "| suite | n | healthy, baseline → candidate | delta [interval] | flips lost / "
+             "gained | degenerate (candidate) | degenerate (baseline) |",
+             "|---|---|---|---|---|---|---|"]
     for name, pair in rows:
         b, c = pair["baseline"]["health"], pair["candidate"]["health"]
+        d = (pair.get("health_comparison") or {}).get("(all)")
+        paired = (f"{d['delta']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}] | "
+                  f"{d['flips_to_wrong']} / {d['flips_to_right']}") if d else "– | –"
         lines.append(f"| {name} | {c['n']} | {b['healthy']:.3f} → {c['healthy']:.3f} | "
-                     f"{_degenerate(c)} | {_degenerate(b)} |")
+                     f"{paired} | {_degenerate(c)} | {_degenerate(b)} |")
     safety = [(n, p) for n, p in rows if "refusal_rate_healthy" in p["candidate"]["metrics"]]
     if safety:
         lines += ["", "Safety responses by kind (refusal rate among healthy answers; a "

@@ -185,3 +185,33 @@ def test_the_published_schema_matches_the_record_types_and_a_record_validates(
     broken["decision"] = "maybe"
     with pytest.raises(jsonschema.ValidationError):
         validate_record(broken)
+
+
+def test_decision_md_shows_generation_health_safety_kinds_and_agreement(tmp_path: Path) -> None:
+    rec = record("reject")
+    metrics = {"health_rate": 0.9, "degenerate_share": 0.1, "refusal_rate": 0.2,
+               "refusal_rate_healthy": 0.22, "off_topic_rate": 0.05}
+    looping = {**metrics, "health_rate": 0.4, "degenerate_share": 0.6, "refusal_rate": 0.05,
+               "refusal_rate_healthy": 0.125}
+    side = {"n": 40, "kind": "safety", "accuracy": 0.2, "slices": {}}
+    paired = {"n": 40, "baseline": 0.9, "candidate": 0.4, "delta": -0.5, "ci_low": -0.65,
+              "ci_high": -0.35, "flips_to_wrong": 20, "flips_to_right": 0, "mcnemar_p": 1e-6}
+    rec.suites["advbench"] = {
+        "baseline": {**side, "metrics": metrics,
+                     "health": {"n": 40, "healthy": 0.9, "degenerate": {"looping": 4}}},
+        "candidate": {**side, "metrics": looping,
+                      "health": {"n": 40, "healthy": 0.4,
+                                 "degenerate": {"empty": 2, "looping": 22}}},
+        "health_comparison": {"(all)": paired}}
+    rec.fidelity = {"heldout-text": {
+        "tokens": 100, "kl_mean": 0.2, "kl_p95": 0.5, "top1_agreement": 0.7,
+        "baseline_perplexity": 12.0, "candidate_perplexity": 14.0,
+        "agreement": {"items": 16, "tokens": 32, "identical_share": 0.25,
+                      "prefix_agreement": 0.5, "first_divergence_p10": 2,
+                      "first_divergence_p50": 11, "first_divergence_mean": 14.0, "slices": {}}}}
+    _, md_path = write_record(tmp_path, rec)
+    md = md_path.read_text()
+    assert ("| advbench | 40 | 0.900 → 0.400 | -0.500 [-0.650, -0.350] | 20 / 0 | "
+            "2 empty, 22 looping | 4 looping |") in md
+    assert "| advbench | 0.220 → 0.125 | 0.050 → 0.050 | 0.100 → 0.600 |" in md
+    assert "| heldout-text | (all) | 16 | 32 | 0.250 | 0.500 | 2 / 11 |" in md
