@@ -48,7 +48,7 @@ suites: [advbench, arithmetic, heldout-text]
 profile: smoke
 load:
   profile: tiny
-  rounds: 2
+  rounds: {rounds}
   profiles:
     tiny: {{concurrency: [2], num_prompts: 8, prompt_tokens: 32, output_tokens: 16,
            warmup_prompts: 1}}
@@ -113,7 +113,11 @@ def test_a_looping_candidate_is_rejected_and_an_aa_passes(tiny_model: Path, tmp_
     looping = cycle_model(tiny_model, tmp_path / "looping", 3)
     (tmp_path / "gates.yaml").write_text(GATES)
     config = tmp_path / "health.yaml"
-    config.write_text(CONFIG.format(talking=talking, looping=looping, repo=REPO))
+    config.write_text(CONFIG.format(talking=talking, looping=looping, repo=REPO, rounds=2))
+    # the broken candidate's latency is not what is tested: one session each (the cached
+    # baseline's suites serve both configs: sessions are not part of the cache key)
+    one_round = tmp_path / "health-1.yaml"
+    one_round.write_text(CONFIG.format(talking=talking, looping=looping, repo=REPO, rounds=1))
 
     same = workbench("evaluate", "--candidate", "same", "--config", str(config),
                      "--runs-dir", "runs", cwd=tmp_path)
@@ -135,9 +139,10 @@ def test_a_looping_candidate_is_rejected_and_an_aa_passes(tiny_model: Path, tmp_
     assert record["suites"]["arithmetic"]["comparison"]["(all)"]["constant_baseline"]
     assert record["decision"] in ("promote", "inconclusive")
 
-    broken = workbench("evaluate", "--candidate", "looping", "--config", str(config),
+    broken = workbench("evaluate", "--candidate", "looping", "--config", str(one_round),
                        "--runs-dir", "runs", cwd=tmp_path)
     assert broken.returncode == 1, broken.stdout + broken.stderr
+    assert "baseline: reused cached results" in broken.stdout
     record = json.loads(next((tmp_path / "runs").glob("*-looping/decision.json")).read_text())
     gates = gates_by_name(record)
     assert record["decision"] == "reject"

@@ -48,8 +48,8 @@ __all__ = ["LOOP_SHARE", "MIN_NGRAMS", "Health", "generation_health", "health_su
 
 LOOP_SHARE = 0.6
 MIN_NGRAMS = 8
-# Scripts without spaces between words: each character is a unit.
-_UNSPACED = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u0e00-\u0e7f]")
+# A unit is a word, or one character of a script written without spaces (Chinese,
+# Japanese, Thai).
 _UNIT = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u0e00-\u0e7f]|"
                    r"[^\W_]+", re.UNICODE)
 
@@ -57,7 +57,7 @@ _UNIT = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u0e00
 @dataclass(frozen=True)
 class Health:
     healthy: bool
-    reason: str  # "ok", or what broke: "looping: 3-gram repeat share 0.82", ...
+    reason: str  # "ok", or what broke: "looping: 92% of the second half's 3-grams repeat"
     signals: dict[str, float]
 
 
