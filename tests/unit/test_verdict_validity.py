@@ -168,3 +168,18 @@ def test_session_interval_covers_an_aa_at_the_stated_confidence(sessions: int) -
         naive += abs(ratio) <= half
     assert 0.93 <= covered / runs <= 0.97, covered / runs
     assert naive / runs < 0.6  # ignoring the session effect: far below 95%
+
+
+def test_a_health_gate_naming_a_suite_that_generates_nothing_is_refused_up_front(
+        tmp_path) -> None:
+    from workbench.evaluate.suites import load_suite
+    from workbench.pipeline import policy_problems
+
+    suites = [load_suite("arithmetic"), load_suite("mmlu-sample")]
+    policy = GatePolicy(health=HealthGate(max_drop=0.05, suites=["arithmetic", "mmlu-sample",
+                                                                 "advbench"]))
+    problems = policy_problems(policy, tmp_path / "gates.yaml", suites)
+    assert any("'advbench', which the config does not run" in p for p in problems)
+    assert any("'mmlu-sample', which generates no text (its scoring is choice)" in p
+               for p in problems)
+    assert not any("'arithmetic'" in p for p in problems)
