@@ -161,7 +161,7 @@ def _health_table(suites: dict) -> list[str]:
         return []
     lines = ["", "## Generation health", "",
              "Every generated response is checked before it is scored: empty, looping, "
-             "word fragments, or another script than the prompt's (docs/gates.md).", "",
+             "word fragments, or another language than the prompt's (docs/gates.md).", "",
              "| suite | n | healthy, baseline → candidate | delta [interval] | flips lost / "
              "gained | degenerate (candidate) | degenerate (baseline) |",
              "|---|---|---|---|---|---|---|"]
