@@ -230,7 +230,8 @@ def _paired_checks(section: str, gate: QualityGate, base: SuiteResult | None,
             continue
         check.delta = paired_delta(b, c, policy.confidence, policy.bootstrap_resamples, seed,
                                    check.margin)
-        # correctness that never varies cannot flip: only a score can be blind this way
+        # one answer to every item, and the candidate changed none: the suite could not
+        # have shown a change (only a score can be blind this way)
         check.constant_baseline = gate.metric == "score" and constant_answers(
             base, check.slice_name)
     overall = checks[0].delta
@@ -269,7 +270,8 @@ def _judge_paired(checks: list[_PairedCheck], policy: GatePolicy) -> list[GateOu
             extra = f", Holm-adjusted p={p_adj:.3g} (alpha {alpha:.3g})"
             status = "pass" if p_adj <= alpha else ("fail" if status == "fail"
                                                     else "inconclusive")
-        if check.constant_baseline and status == "pass":
+        if check.constant_baseline and status == "pass" \
+                and d.flips_to_wrong + d.flips_to_right == 0:
             status = "inconclusive"  # a pass it could not have failed is no evidence
             extra += (f"; the baseline gives the same answer to all {d.n} items: this "
                       "suite cannot see a change")

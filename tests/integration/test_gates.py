@@ -35,9 +35,9 @@ tracking: {{experiment: gates}}
 """
 # Quality on a random model is ~0 for both, so the fidelity gate is what can see damage:
 # KL of the candidate's next-token distribution from the baseline's on held-out text.
+# No quality gate: the random model gives one answer to every arithmetic item, so such a
+# gate could not see a change and would say so (inconclusive).
 GATES = """
-quality:
-  - {suite: arithmetic, max_drop: 0.05}
 fidelity:
   - {suite: heldout-text, max_kl_mean: 0.05, min_top1_agreement: 0.9}
   - {suite: arithmetic, max_flip_rate: 0.05}

@@ -79,6 +79,13 @@ def test_a_baseline_that_answers_everything_alike_cannot_pass_silently() -> None
                                                 "cpu"), 0)
     assert outcome.status == "inconclusive" and "cannot see a change" in outcome.detail
     assert outcome.evidence["constant_baseline"]
+    # a candidate that does change answers gives the suite something to see
+    changed = dataclasses.replace(same_pick, items=[
+        dataclasses.replace(i, score=1.0 - i.score) if k in (0, 59) else i
+        for k, i in enumerate(same_pick.items)])  # one lost, one gained
+    [outcome] = evaluate_gates(policy, Evidence({"q": same_pick}, {"q": changed}, None, None,
+                                                "cpu"), 0)
+    assert outcome.status == "pass" and "cannot see a change" not in outcome.detail
 
 
 def test_evidence_strength_says_what_could_be_seen_and_what_would_decide() -> None:
