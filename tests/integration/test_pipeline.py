@@ -283,7 +283,8 @@ def check_safety_structured_and_lmeval(record: dict, run_dir: Path, console: str
     # structured output, free and guided: a guided answer that parses fits its schema
     for name in ("bfcl-simple", "bfcl-simple-guided"):
         metrics = record["suites"][name]["candidate"]["metrics"]
-        assert set(metrics) == {"parses", "schema_valid", "fields_correct"}
+        assert set(metrics) == {"parses", "schema_valid", "fields_correct", "health_rate",
+                                "degenerate_share", "truncated_rate"}
     guided = [json.loads(x) for x in (run_dir / "candidate" / "items-bfcl-simple-guided.jsonl")
               .read_text().splitlines()]
     assert len(guided) == 30
