@@ -300,7 +300,7 @@ def _pooled(results: list[SuiteResult]) -> SuiteResult:
                        slices={}, items_file="", items=items, kind="pooled", generates=True)
 
 
-def _health_checks(gate: HealthGate, ev: Evidence, policy: GatePolicy, seed: int
+def _health_gate_checks(gate: HealthGate, ev: Evidence, policy: GatePolicy, seed: int
                    ) -> tuple[list[_PairedCheck], list[GateOutcome]]:
     """Health non-inferiority per generating suite and pooled: paired like any check."""
     names = gate.suites or sorted(n for n, r in ev.base_suites.items()
@@ -487,7 +487,7 @@ def evaluate_gates(policy: GatePolicy, ev: Evidence, seed: int) -> list[GateOutc
         checks += c
         floors += f
     if policy.health is not None:
-        c, f = _health_checks(policy.health, ev, policy, seed)
+        c, f = _health_gate_checks(policy.health, ev, policy, seed)
         checks += c
         floors += f
     outcomes = _judge_paired(checks, policy) + floors
