@@ -51,10 +51,10 @@ def handle_errors(fn: Callable[..., int | None]) -> Callable[..., None]:
             for line in problems:
                 err_console.print(f"[red]error:[/] {line}", soft_wrap=True)
             code = err.exit_code
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as err:
             err_console.print(
                 "[yellow]interrupted[/]: engine stopped; anything measured so far is kept")
-            code = 130
+            code = 128 + getattr(err, "signum", 2)  # Ctrl-C 130, SIGTERM 143, as a shell has
         except Exception as err:  # noqa: BLE001 - a crash must never read as "reject" (1)
             if debug:
                 raise
@@ -136,12 +136,21 @@ def evaluate(config_path: str, candidate: str, runs_dir: Path, load_profile: str
     from .serve import install_sigterm_as_interrupt
 
     install_sigterm_as_interrupt()
-    cfg = load_config(_config_path(config_path))
-    if load_profile is not None:
-        cfg = cfg.with_load_profile(load_profile)
-    rec = run_evaluate(cfg, candidate, runs_dir, console)
+    cfg = _load(config_path, load_profile)
+    rec = run_evaluate(cfg, candidate, runs_dir, console, _outputs(runs_dir, junit, summary))
     write_ci_outputs(rec, junit, summary)
     return rec.exit_code
+
+
+def _load(config_path: str, load_profile: str | None) -> RunConfig:
+    cfg = load_config(_config_path(config_path))
+    return cfg.with_load_profile(load_profile) if load_profile is not None else cfg
+
+
+def _outputs(runs_dir: Path | None, junit: Path | None, summary: Path | None) -> Any:
+    from .preflight import Outputs
+
+    return Outputs(runs_dir=runs_dir, files={"--junit": junit, "--summary": summary})
 
 
 @main.command()
@@ -162,12 +171,17 @@ def gate(run_dir: Path, policy: Path | None, out: Path | None, junit: Path | Non
     decision and exits 0 promote / 1 reject or inconclusive / 2 bad input. The run's own
     decision.json is left as it was.
     """
+    from .files import inside
     from .pipeline import show_decision
+    from .preflight import check_outputs
     from .record import write_record
     from .regate import regate
 
-    rec, _ = regate(run_dir, policy)
-    target = out or run_dir / f"gate-{(policy or Path('stored')).stem}"
+    rec, _ = regate(run_dir, policy)  # every stored input read and checked first
+    target = out or inside(run_dir, f"gate-{(policy or Path('stored')).stem}")
+    problems = check_outputs(_outputs(target, junit, summary))
+    if problems:
+        raise InputError(problems[0], problems)
     target.mkdir(parents=True, exist_ok=True)
     write_record(target, rec)
     write_ci_outputs(rec, junit, summary)
@@ -193,14 +207,23 @@ def quantize(config_path: str, candidates: tuple[str, ...], all_candidates: bool
     """
     from .pipeline import run_quantize
 
-    cfg = load_config(_config_path(config_path))
     if all_candidates == bool(candidates):
         raise InputError("give --candidate NAME (repeatable) or --all")
+    cfg = load_config(_config_path(config_path))
     names = list(cfg.candidates) if all_candidates else list(dict.fromkeys(candidates))
-    for name in names:
-        cfg.candidate(name)  # unknown names fail before any work
+    unknown = [p for name in names for p in _unknown_candidate(cfg, name)]
+    if unknown:
+        raise InputError(unknown[0], unknown)
     run_quantize(cfg, names, runs_dir, console)
     return 0
+
+
+def _unknown_candidate(cfg: RunConfig, name: str) -> list[str]:
+    try:
+        cfg.candidate(name)
+    except InputError as err:
+        return err.problems
+    return []
 
 
 @main.command()
@@ -212,18 +235,28 @@ def quantize(config_path: str, candidates: tuple[str, ...], all_candidates: bool
 @handle_errors
 def serve(config_path: str, candidate: str | None, runs_dir: Path) -> int:
     """Start vLLM for the baseline or a candidate and keep it up until Ctrl-C, for poking."""
-    from .pipeline import plan, run_quantize
-    from .serve import EngineServer, install_sigterm_as_interrupt
+    from .files import inside
+    from .pipeline import run_quantize
+    from .preflight import config_problems
+    from .serve import EngineServer, detect_device, install_sigterm_as_interrupt
 
     install_sigterm_as_interrupt()
     cfg = load_config(_config_path(config_path))
+    names = [candidate] if candidate is not None else []
+    problems = [p for name in names for p in _unknown_candidate(cfg, name)]
+    if not problems:
+        problems = config_problems(cfg, names, detect_device(), True, _outputs(runs_dir, None,
+                                                                              None),
+                                   profiles=[], tracking=False)
+    if problems:
+        raise InputError(problems[0], list(problems))
     model_dir = cfg.model.resolved_path(cfg.base_dir)
     name, extra = cfg.model.name, []
     if candidate is not None:
-        plan(cfg, candidate)
         q = run_quantize(cfg, [candidate], runs_dir, console)[0]
         model_dir, name, extra = Path(q.path), f"{cfg.model.name}-{candidate}", q.serve_args
-    log = runs_dir / f"serve-{name}-{time.strftime('%Y%m%d-%H%M%S')}.log"
+    runs_dir.mkdir(parents=True, exist_ok=True)
+    log = inside(runs_dir, f"serve-{name}-{time.strftime('%Y%m%d-%H%M%S')}.log")
     server = EngineServer(model_dir, name, cfg.engine, log, extra)
     try:
         with console.status(f"starting vLLM for {model_dir} (log {log})"):
@@ -238,51 +271,72 @@ def serve(config_path: str, candidate: str | None, runs_dir: Path) -> int:
     return 0
 
 
-def _check_load_profile(cfg: RunConfig, name: str) -> None:
-    """A profile other than the selected one is checked as if selected: its lengths against
-    the context, its trace file line by line."""
-    from .loadtest import level_requests
-
-    profile = cfg.with_load_profile(name).workload
-    trace = cfg.resolve(profile.trace) if profile.trace else None
-    level_requests(profile, trace, cfg.engine.max_model_len)
-
-
 @main.command()
 @config_option
+@click.option("--candidate", default=None,
+              help="Check exactly what `evaluate --candidate NAME` checks, including whether "
+                   "this device can serve it (default: every candidate's recipe and data).")
+@click.option("--load-profile", default=None, metavar="NAME",
+              help="As `evaluate --load-profile`.")
 @click.option("--all-suites", is_flag=True,
               help="Also check every suite shipped in eval_suites/, not only the config's.")
+@runs_option
+@junit_option
+@summary_option
 @debug_option
 @handle_errors
-def validate(config_path: str, all_suites: bool) -> int:
-    """Check a config, its gate policy and every suite it names; report every problem at once."""
+def validate(config_path: str, candidate: str | None, load_profile: str | None,
+             all_suites: bool, runs_dir: Path, junit: Path | None, summary: Path | None) -> int:
+    """Check a config, its gate policy, suites, data, engine arguments, tracking server and
+    output paths; report every problem at once. Runs the very checks `evaluate` runs, so a
+    config that passes here is not refused there; writes and starts nothing."""
     from .evaluate.suites import SUITES_ROOT, load_suite
-    from .gates import load_gate_policy
+    from .preflight import config_problems, plan, suites_and_policy
+    from .serve import detect_device
 
     path = _config_path(config_path)
-    cfg = load_config(path)
-    names = list(cfg.suites)
-    if all_suites:
-        shipped = {p.parent.name: str(p.parent) for p in SUITES_ROOT.glob("*/*/suite.yaml")}
-        names = sorted(shipped.values()) + [n for n in cfg.suites if n not in shipped]
-    problems: list[str] = []
-    for check in [lambda: load_gate_policy(cfg.resolve(cfg.gates))] + [
-        functools.partial(load_suite, name) for name in names
-    ] + [functools.partial(_check_load_profile, cfg, name) for name in cfg.load.profiles]:
-        try:
-            check()
-        except InputError as err:
-            problems += err.problems
-    if not problems:  # the gates against the suites this config runs
-        from .pipeline import policy_problems
+    cfg = _load(config_path, load_profile)
+    outputs = _outputs(runs_dir, junit, summary)
+    if candidate is not None:
+        plan(cfg, candidate, outputs)  # evaluate's own check
+        checked = f"candidate {candidate}"
+    else:
+        from .preflight import Problems
 
-        problems += policy_problems(load_gate_policy(cfg.resolve(cfg.gates)),
-                                    cfg.resolve(cfg.gates), [load_suite(n) for n in cfg.suites])
-    if problems:
-        raise InputError(problems[0], problems)
-    console.print(f"[green]ok[/]: {path} — {len(cfg.candidates)} candidate(s), "
-                  f"{len(names)} suite(s) checked, gates {cfg.gates}, load profiles "
-                  f"{', '.join(sorted(cfg.load.profiles))} (this run: {cfg.load.profile})")
+        problems = Problems()
+        suites_and_policy(cfg, problems)
+        config_problems(cfg, list(cfg.candidates), detect_device(), False, outputs,
+                        profiles=sorted(cfg.load.profiles), problems=problems)
+        problems.raise_any()
+        checked = f"{len(cfg.candidates)} candidate(s)"
+    if all_suites:
+        extra = sorted(str(p.parent) for p in SUITES_ROOT.glob("*/*/suite.yaml")
+                       if p.parent.name not in cfg.suites)
+        problems = []
+        for name in extra:
+            try:
+                load_suite(name)
+            except InputError as err:
+                problems += err.problems
+        if problems:
+            raise InputError(problems[0], problems)
+    n_suites = len(cfg.suites) + (len(extra) if all_suites else 0)
+    console.print(f"[green]ok[/]: {path} — {checked}, {n_suites} suite(s) checked, gates "
+                  f"{cfg.gates}, load profiles {', '.join(sorted(cfg.load.profiles))} "
+                  f"(this run: {cfg.load.profile})")
+    return 0
+
+
+@main.command(name="log")
+@click.argument("run_dir", type=click.Path(file_okay=False, path_type=Path))
+@debug_option
+@handle_errors
+def log_command(run_dir: Path) -> int:
+    """Log a finished run folder to MLflow: for a run whose tracking server was lost or
+    down. Uses the tracking URI of the run's config (or MLFLOW_TRACKING_URI)."""
+    from .pipeline import log_stored_run
+
+    log_stored_run(run_dir, console)
     return 0
 
 

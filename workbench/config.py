@@ -21,6 +21,7 @@ from pydantic import (
 )
 
 from .errors import InputError
+from .files import name_problem, read_text
 from .paths import REPO_ROOT, default_model_dir
 
 __all__ = [
@@ -58,8 +59,23 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+def _a_name(value: str) -> str:
+    problem = name_problem(value)
+    if problem:
+        raise ValueError(problem)
+    return value
+
+
+def _named_keys(mapping: dict[str, Any]) -> dict[str, Any]:
+    """A mapping whose keys become folder and file names (docs/reliability.md)."""
+    for key in mapping:
+        _a_name(key)
+    return mapping
+
+
 class ModelConfig(_Strict):
     name: str = Field(description="Name served to clients and shown in records")
+    _name = field_validator("name")(classmethod(lambda cls, v: _a_name(v)))
     path: str = Field(
         default="default",
         description="A local Hugging Face folder, or 'default' for the embedded SmolLM2-135M",
@@ -337,6 +353,8 @@ class LoadConfig(_Strict):
                 merged[name] = fields
         return {**data, "profiles": merged}
 
+    _profile_names = field_validator("profiles")(classmethod(lambda cls, v: _named_keys(v)))
+
     @model_validator(mode="after")
     def _known_profile(self) -> LoadConfig:
         if self.profile not in self.profiles:
@@ -354,6 +372,11 @@ class TrackingConfig(_Strict):
         default=None, description="MLflow tracking URI; default sqlite:///<cwd>/mlflow.db"
     )
     experiment: str = "quant-workbench"
+    required: bool = Field(
+        default=True, description="A tracking server that does not answer is an input error "
+                                  "(exit 2, before anything runs); false: run and record "
+                                  "locally without MLflow, saying so")
+    _experiment = field_validator("experiment")(classmethod(lambda cls, v: _a_name(v)))
 
 
 class RunConfig(_Strict):
@@ -371,6 +394,8 @@ class RunConfig(_Strict):
     # Set by load_config, not by the user.
     source: Path = Field(default=Path("."), exclude=True)
 
+    _candidate_names = field_validator("candidates")(classmethod(lambda cls, v: _named_keys(v)))
+
     @property
     def base_dir(self) -> Path:
         return self.source.parent
@@ -381,7 +406,7 @@ class RunConfig(_Strict):
         longest = w.prompt_tokens.upper + w.output_tokens.upper
         if not w.trace and longest > self.engine.max_model_len:
             raise ValueError(
-                f"load profile {self.load.profile!r}: its longest request ({longest} tokens: "
+                f"load.profiles.{self.load.profile}: its longest request ({longest} tokens: "
                 f"prompt_tokens up to {w.prompt_tokens.upper} + output_tokens up to "
                 f"{w.output_tokens.upper}) exceeds engine.max_model_len "
                 f"({self.engine.max_model_len})")
@@ -422,17 +447,35 @@ class RunConfig(_Strict):
         if p.is_absolute():
             return p
         near = (self.base_dir / p).resolve()
-        return near if near.exists() else (REPO_ROOT / p).resolve()
+        shipped = (REPO_ROOT / p).resolve()
+        # Not found anywhere: the path next to the config is the one an error should name.
+        return shipped if not near.exists() and shipped.exists() else near
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, except that a key given twice in one mapping is an error: by
+    default the last one silently wins, so a config would not mean what it reads as."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)  # type: ignore[no-untyped-call]
+            line = key_node.start_mark.line + 1
+            if isinstance(key, (str, int, float, bool)) and key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r} (lines {seen[key]} and {line})",
+                    key_node.start_mark)
+            if isinstance(key, (str, int, float, bool)):
+                seen[key] = line
+        return super().construct_mapping(node, deep)
 
 
 def read_yaml(path: Path) -> Any:
-    """Parse a YAML file, turning I/O and syntax errors into InputError naming the file."""
+    """Parse a YAML file strictly (UTF-8, no duplicate keys), turning every problem into an
+    InputError naming the file (and line)."""
+    text = read_text(path)
     try:
-        text = path.read_text()
-    except OSError as err:
-        raise InputError(f"{path}: cannot read ({err.strerror})") from err
-    try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f":{mark.line + 1}" if mark is not None else ""
@@ -471,16 +514,25 @@ def format_validation_error(
     """One line per problem: file, dotted key, what is wrong and what is allowed."""
     lines = []
     for e in err.errors():
-        key = ".".join(str(p) for p in e["loc"]) or "(top level)"
+        key = ".".join(str(p) for p in e["loc"])
+        where = f"{path}: {key}:" if key else f"{path}:"  # a cross-field error names its fields
         if e["type"] == "extra_forbidden":
             allowed = ", ".join(_allowed_keys(model, e["loc"]))
-            lines.append(f"{path}: {key}: unknown key (allowed here: {allowed})")
+            lines.append(f"{where} unknown key (allowed here: {allowed})")
         elif e["type"] == "missing":
-            lines.append(f"{path}: {key}: required key is missing")
+            lines.append(f"{where} required key is missing")
         else:
             msg = e["msg"].removeprefix("Value error, ")
-            lines.append(f"{path}: {key}: {msg} (got {e.get('input')!r})")
+            lines.append(f"{where} {msg}{_shown_input(e.get('input'))}")
     return lines
+
+
+def _shown_input(value: Any) -> str:
+    """' (got ...)' for a value short enough to read on one line; never a whole section."""
+    if isinstance(value, (dict, list)):
+        return ""
+    text = repr(value)
+    return f" (got {text})" if len(text) <= 80 else f" (got {text[:77]}...)"
 
 
 def load_config(path: Path | str) -> RunConfig:

@@ -165,10 +165,25 @@ class GatePolicy(_Strict):
                 + [("structured", g) for g in self.structured])
 
 
+    def judges_something(self) -> bool:
+        return bool(self.paired() or self.fidelity or self.latency or self.slo or self.memory
+                    or self.health)
+
+
 def load_gate_policy(path: Path) -> GatePolicy:
+    """The policy, refusing one that would judge nothing: an empty file, a list, no gates
+    (a run judged by no gate would end "0 gates judged")."""
     raw = read_yaml(path)
+    if not isinstance(raw, dict):
+        got = "an empty file" if raw is None else type(raw).__name__
+        raise InputError(f"{path}: expected a mapping of gate sections (quality, safety, "
+                         f"latency, ...), got {got}")
     try:
-        return GatePolicy.model_validate(raw if isinstance(raw, dict) else {})
+        policy = GatePolicy.model_validate(raw)
     except ValidationError as err:
         problems = format_validation_error(path, err, GatePolicy)
         raise InputError(problems[0], problems) from None
+    if not policy.judges_something():
+        raise InputError(f"{path}: declares no gate (give at least one of quality, safety, "
+                         "structured, health, fidelity, latency, slo, memory)")
+    return policy

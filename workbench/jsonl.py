@@ -6,6 +6,8 @@ import json
 from collections.abc import Iterable
 from pathlib import Path
 
+from .files import read_text
+
 __all__ = ["jsonl_lines", "write_jsonl"]
 
 
@@ -16,7 +18,7 @@ def jsonl_lines(path: Path) -> list[str]:
     breaks, which JSON writers leave unescaped inside strings (``ensure_ascii=False``), so
     one record would come back as two broken halves.
     """
-    return path.read_text(encoding="utf-8").split("\n")
+    return read_text(path).split("\n")
 
 
 def write_jsonl(path: Path, rows: Iterable[dict]) -> int:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import signal
 import subprocess
 import time
 from collections.abc import Callable
@@ -30,7 +29,7 @@ from .config import SLO, LoadProfile
 from .engine_metrics import parse_scrape, server_side_level
 from .errors import InfraError
 from .paths import engine_python, offline_env
-from .serve import die_with_parent, free_port, signal_group
+from .serve import free_port, spawn, stop_group
 from .workload import Request, draw_requests, read_trace, write_timed_trace
 
 __all__ = ["AGREEMENT_TOLERANCE", "LevelResult", "LoadResult", "bench_command", "cost_figures",
@@ -291,9 +290,69 @@ def workload_summary(profile: LoadProfile, requests: list[Request]) -> dict:
             "warmup_requests": profile.warmup_prompts}
 
 
-def _bench(cmd: list[str], log_file: Path, raw_file: Path, what: str) -> dict:
-    with log_file.open("w") as log:
-        proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=bench_env())
+WATCH_INTERVAL_S = 5.0
+MISSED_PROBES = 3  # /health unanswered this many times in a row (5 s timeout each): hung
+
+
+class Watchdog:
+    """Whether the engine is still serving while a load client runs: the client itself
+    would wait hours on a hung engine (vLLM's default request timeout is 6 h).
+
+    Dead: the engine process has exited (check_alive raises). Hung: /health unanswered
+    MISSED_PROBES times in a row, or no output token generated for stall_s while requests
+    are in flight (an engine that answers /health but has stopped generating)."""
+
+    def __init__(self, check_alive: Callable[[], None], responsive: Callable[[], bool],
+                 scrape: Callable[[], str] | None, stall_s: float) -> None:
+        self.check_alive, self.responsive, self.scrape = check_alive, responsive, scrape
+        self.stall_s = stall_s
+        self.reset()
+
+    def reset(self) -> None:
+        self.missed, self.tokens, self.progress_at = 0, -1.0, time.monotonic()
+
+    def __call__(self) -> None:
+        self.check_alive()
+        if not self.responsive():
+            self.missed += 1
+            if self.missed >= MISSED_PROBES:
+                raise InfraError(f"engine hung: /health unanswered {self.missed} times in a row "
+                                 f"({WATCH_INTERVAL_S:.0f} s apart) during the load test")
+            return
+        self.missed = 0
+        tokens = self._generated()
+        now = time.monotonic()
+        if tokens is None or tokens != self.tokens:
+            self.tokens, self.progress_at = (tokens if tokens is not None else -1.0), now
+        elif now - self.progress_at > self.stall_s:
+            raise InfraError(f"engine stalled: no output token generated for "
+                             f"{now - self.progress_at:.0f}s during the load test "
+                             f"(engine.request_timeout_s {self.stall_s:.0f})")
+
+    def _generated(self) -> float | None:
+        if self.scrape is None:
+            return None
+        try:
+            return parse_scrape(self.scrape()).counters.get("vllm:generation_tokens")
+        except InfraError:
+            return None
+
+
+def _bench(cmd: list[str], log_file: Path, raw_file: Path, what: str,
+           watch: Callable[[], None] = lambda: None) -> dict:
+    """Run the load client, asking the watchdog every few seconds whether the engine is
+    still serving; the client runs in its own process group and never outlives this."""
+    proc = spawn(cmd, log_file, bench_env())
+    next_watch = time.monotonic() + WATCH_INTERVAL_S
+    try:
+        while proc.poll() is None:
+            time.sleep(0.2)
+            if time.monotonic() >= next_watch:
+                watch()
+                next_watch = time.monotonic() + WATCH_INTERVAL_S
+    finally:
+        if proc.poll() is None:
+            stop_group(proc, grace_s=2)
     if proc.returncode != 0 or not raw_file.exists():
         raise InfraError(f"load test {what} failed (exit {proc.returncode}); see {log_file}")
     return json.loads(raw_file.read_text())
@@ -307,7 +366,7 @@ def bench_env() -> dict[str, str]:
 
 def _closed_loop(base_url: str, served_name: str, tokenizer: Path, profile: LoadProfile,
                  requests: list[Request], concurrency: int, name: str, salt: int,
-                 out_dir: Path) -> dict:
+                 out_dir: Path, watch: Callable[[], None] = lambda: None) -> dict:
     """The requests sent at once, `concurrency` in flight, outside the profile's levels (the
     warm-up, the generator's ceiling): its raw results, `bench-<name>.json`."""
     at_once = [dataclasses.replace(r, arrival_s=0.0) for r in requests]
@@ -318,15 +377,15 @@ def _closed_loop(base_url: str, served_name: str, tokenizer: Path, profile: Load
     raw_file = out_dir / f"bench-{name}.json"
     return _bench(bench_command(base_url, served_name, tokenizer, closed, concurrency,
                                 trace_file, chunk, len(at_once), raw_file),
-                  out_dir / f"bench-{name}.log", raw_file, name)
+                  out_dir / f"bench-{name}.log", raw_file, name, watch)
 
 
 def _warm_up(base_url: str, served_name: str, tokenizer: Path, profile: LoadProfile,
-             requests: list[Request], out_dir: Path) -> None:
+             requests: list[Request], out_dir: Path, watch: Callable[[], None]) -> None:
     """Requests at the heaviest level before the first one, counted in no figure."""
     warm = requests[:profile.warmup_prompts]
     _closed_loop(base_url, served_name, tokenizer, profile, warm, len(warm), "warmup", 999,
-                 out_dir)
+                 out_dir, watch)
 
 
 GENERATOR_BOUNDARY = ("the same requests, closed loop at the heaviest level's concurrency, "
@@ -341,18 +400,14 @@ def generator_ceiling(tokenizer: Path, profile: LoadProfile, requests: list[Requ
     concurrency = int(max(profile.concurrency or [profile.max_concurrency or len(requests)]))
     port = free_port()
     log_file = out_dir / "zero-work-server.log"
-    with log_file.open("wb") as log:
-        proc = subprocess.Popen([str(engine_python()), "-m", "workbench._zero_work_server",
-                                 str(port)], stdout=log, stderr=subprocess.STDOUT,
-                                env=offline_env(), start_new_session=True,
-                                preexec_fn=die_with_parent)
+    proc = spawn([str(engine_python()), "-m", "workbench._zero_work_server", str(port)],
+                 log_file, offline_env())
     try:
         _wait_for(f"http://127.0.0.1:{port}/health", proc, log_file)
         raw = _closed_loop(f"http://127.0.0.1:{port}", "zero-work", tokenizer, profile,
                            requests, concurrency, "generator", 998, out_dir)
     finally:
-        signal_group(proc.pid, signal.SIGKILL)
-        proc.wait()
+        stop_group(proc, grace_s=0)
     return {"boundary": GENERATOR_BOUNDARY, "concurrency": concurrency,
             "request_throughput": round(raw["request_throughput"], 3),
             "output_throughput": round(raw["output_throughput"], 1),
@@ -381,16 +436,20 @@ def run_load_test(
     on_level: Callable[[LevelResult], None] = lambda _lv: None,
     scrape: Callable[[], str] | None = None,
     ceiling: bool = True,
+    responsive: Callable[[], bool] = lambda: True,
+    stall_s: float = 300,
 ) -> LoadResult:
     """One `vllm bench serve` run per level, after a warm-up; each level's requests and raw
     per-request JSON are kept.
 
     scrape, when given, returns the engine's /metrics text: read before and after each
     level for the server-side figures; ceiling measures the load generator's own limit
-    after the levels."""
+    after the levels. responsive and stall_s feed the watchdog (Watchdog) that ends a level
+    whose engine has hung."""
     out_dir.mkdir(parents=True, exist_ok=True)
+    watch = Watchdog(check_engine, responsive, scrape, stall_s)
     if profile.warmup_prompts:
-        _warm_up(base_url, served_name, tokenizer, profile, requests, out_dir)
+        _warm_up(base_url, served_name, tokenizer, profile, requests, out_dir, watch)
         check_engine()
     levels = []
     for index, value in enumerate(profile.levels):
@@ -401,8 +460,10 @@ def run_load_test(
         cmd = bench_command(base_url, served_name, tokenizer, profile, value, trace_file,
                             chunk, len(requests), raw_file)
         before = parse_scrape(scrape()) if scrape else None
+        watch.reset()
         try:
-            raw = _bench(cmd, out_dir / f"bench-{label}.log", raw_file, f"at level {label}")
+            raw = _bench(cmd, out_dir / f"bench-{label}.log", raw_file, f"at level {label}",
+                         watch)
         finally:
             check_engine()
         level = parse_level(raw, profile, value, raw_file)

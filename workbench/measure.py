@@ -11,12 +11,14 @@ import functools
 import json
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from . import cache_entry
 from .config import RunConfig
 from .digests import sha256_json
 from .engine_metrics import parse_scrape
@@ -67,7 +69,7 @@ def baseline_key(cfg: RunConfig, model_digest: str, suites: list[Suite], device:
         "engine_version": engine_version, "profile": cfg.profile, "seed": cfg.seed,
         "suites": {s.name: s.digest for s in suites}, "sampling": SAMPLING,
         "load": cfg.workload.model_dump(), "requests": [asdict(r) for r in requests],
-        "scoring": SCORING_VERSION, "format": 3,
+        "scoring": SCORING_VERSION, "format": 4,  # 4: entries carry a digest list
     })
 
 
@@ -134,7 +136,8 @@ def measure(cfg: RunConfig, role: str, model_dir: Path, served: str, extra_args:
                     server.base_url, served, tokenizer_dir, cfg.workload, out_dir / "load",
                     requests, name=cfg.load.profile, check_engine=server.check_alive,
                     scrape=server.metrics, on_level=functools.partial(_print_level, console,
-                                                                      role), ceiling=ceiling)
+                                                                      role), ceiling=ceiling,
+                    responsive=server.responsive, stall_s=cfg.engine.request_timeout_s)
         # read after the load, when the engine has reported its final cache figures
         final = server.metrics()
         server.info.cache_info = parse_cache_info(final) or server.info.cache_info
@@ -152,17 +155,24 @@ def cached_measurement(key: str) -> Path:
     return cache_root() / "results" / f"baseline-{key[:24]}"
 
 
-def load_cached(folder: Path) -> Measurement | None:
-    file = folder / MEASUREMENT_FILE
-    if not file.is_file():
+def load_cached(folder: Path, on_dropped: Callable[[str], None] = lambda _p: None
+                ) -> Measurement | None:
+    """The cached measurement, or None: absent, or failing its digest check (then the
+    entry is dropped, on_dropped hears why, and the caller measures again)."""
+    cache_entry.sweep_staging(folder.parent)
+    if not folder.exists():
         return None
-    return Measurement.from_dict(json.loads(file.read_text()))
+    problem = cache_entry.check(folder)
+    if problem is None:
+        try:
+            return Measurement.from_dict(json.loads((folder / MEASUREMENT_FILE).read_text()))
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            problem = f"{folder / MEASUREMENT_FILE}: unreadable ({type(err).__name__})"
+    on_dropped(problem)
+    shutil.rmtree(folder, ignore_errors=True)
+    return None
 
 
 def store_in_cache(src: Path, dest: Path) -> None:
-    """Copy a finished measurement folder into the cache atomically."""
-    staging = dest.with_name(dest.name + ".partial")
-    shutil.rmtree(staging, ignore_errors=True)
-    shutil.copytree(src, staging)
-    shutil.rmtree(dest, ignore_errors=True)
-    staging.rename(dest)
+    """Copy a finished measurement folder into the cache, sealed, atomically."""
+    cache_entry.store(src, dest)

@@ -4,10 +4,11 @@ compare & gate -> record. Each stage's result is saved in the run folder as it c
 
 from __future__ import annotations
 
-import functools
 import json
 import shutil
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -20,13 +21,12 @@ from rich.table import Table
 from .compare import Evidence, compare_suite, decide, evaluate_gates
 from .config import DEFAULT_PRICE_PER_HOUR, RunConfig
 from .digests import folder_digest
-from .errors import InputError
+from .errors import InfraError, InputError
 from .evaluate.fidelity import compare_fidelity
 from .evaluate.health import health_summary
-from .evaluate.runner import GENERATING, SuiteResult
-from .evaluate.suites import Suite, load_suite
-from .gates import GatePolicy, load_gate_policy
-from .loadtest import LoadResult, cost_figures, level_requests
+from .evaluate.runner import SuiteResult
+from .files import inside
+from .loadtest import LoadResult, cost_figures
 from .measure import (
     MEASUREMENT_FILE,
     SAMPLING,
@@ -38,8 +38,9 @@ from .measure import (
     store_in_cache,
 )
 from .plots import LATENCY_PLOT, plot_latency_vs_throughput
-from .quantize import QuantizeResult, calibration_samples, needs_calibration, quantize
-from .quantize.checks import candidate_problems, serving_problem, unsupported_here
+from .preflight import Outputs, Plan, config_problems, plan, unreachable
+from .quantize import QuantizeResult, quantize
+from .quantize.checks import serving_problem, unsupported_here
 from .record import (
     DecisionRecord,
     host_facts,
@@ -49,83 +50,23 @@ from .record import (
     write_record,
 )
 from .regate import POLICY_FILE
-from .serve import detect_device, engine_version
-from .tracking import Tracker
+from .serve import detect_device
+from .tracking import Tracker, tracking_uri
 
-__all__ = ["Plan", "plan", "run_evaluate", "run_quantize"]
-
-
-class Plan:
-    """Everything checked before any work starts: a bad input fails here, nothing written."""
-
-    def __init__(self, cfg: RunConfig, candidate: str, device: str | None = None) -> None:
-        self.cfg = cfg
-        self.device = device or detect_device()
-        self.candidate_name = candidate
-        self.candidate = cfg.candidate(candidate)
-        self.model_dir = cfg.model.resolved_path(cfg.base_dir)
-        self.policy: GatePolicy = load_gate_policy(cfg.resolve(cfg.gates))
-        self.suites: list[Suite] = [load_suite(name) for name in cfg.suites]
-        trace = cfg.workload.trace
-        self.requests = level_requests(cfg.workload, cfg.resolve(trace) if trace else None,
-                                       cfg.engine.max_model_len)
-
-    @functools.cached_property
-    def model_digest(self) -> str:
-        return folder_digest(self.model_dir)
-
-    @functools.cached_property
-    def engine_version(self) -> str:
-        return engine_version()
+__all__ = ["log_run", "new_run_dir", "run_evaluate", "run_quantize"]
 
 
-def model_problems(cfg: RunConfig, model_dir: Path) -> list[str]:
-    if (model_dir / "config.json").is_file():
-        return []
-    hint = " (run scripts/setup.sh)" if cfg.model.path == "default" else ""
-    return [f"{cfg.source}: model.path: {model_dir} is not a model folder{hint}"]
-
-
-def build_problems(cfg: RunConfig, candidate: str, model_dir: Path) -> list[str]:
-    """What stops a candidate from being built: its recipe against this model, its data."""
-    problems = candidate_problems(cfg, candidate, model_dir)
-    if needs_calibration(cfg.candidate(candidate)):
-        try:
-            calibration_samples(cfg.calibration, cfg.resolve)
-        except InputError as err:
-            problems += err.problems
-    return problems
-
-
-def policy_problems(policy: GatePolicy, path: Path, suites: list[Suite]) -> list[str]:
-    """Gates that name a suite the config does not run (a guided run counts by its name)."""
-    names = {run for s in suites for run, _ in s.spec.runs()}
-    named = [(section, g.suite) for section, g in policy.paired()] + [
-        ("fidelity", g.suite) for g in policy.fidelity]
-    if policy.health is not None:
-        named += [("health", name) for name in policy.health.suites or []]
-    problems = [f"{path}: {section} gate names suite {suite!r}, which the config does not "
-                f"run (runs: {', '.join(sorted(names))})" for section, suite in named
-                if suite not in names]
-    if policy.health is not None:
-        scoring = {s.name: s.spec.scoring for s in suites}
-        problems += [f"{path}: health gate names suite {name!r}, which generates no text "
-                     f"(its scoring is {scoring[name]})" for name in policy.health.suites or []
-                     if scoring.get(name, "json") not in (*GENERATING, "lm-eval")]
-    return problems
-
-
-def plan(cfg: RunConfig, candidate: str, device: str | None = None) -> Plan:
-    p = Plan(cfg, candidate, device)
-    problems = model_problems(cfg, p.model_dir)
-    problems += policy_problems(p.policy, cfg.resolve(cfg.gates), p.suites)
-    problems += build_problems(cfg, candidate, p.model_dir)
-    if not problems:
-        unsupported = serving_problem(cfg, candidate, p.device)
-        problems += [unsupported] if unsupported else []
-    if problems:
-        raise InputError(problems[0], problems)
-    return p
+@contextmanager
+def stage(name: str) -> Iterator[None]:
+    """A file-system failure inside a stage (disk full, a folder made read-only mid-run)
+    becomes an infrastructure error naming the stage and the path, not a bare OSError."""
+    try:
+        yield
+    except OSError as err:
+        if isinstance(err, (ConnectionError, TimeoutError)):
+            raise
+        where = f" {err.filename}" if err.filename else ""
+        raise InfraError(f"{name}: cannot write{where}: {err.strerror or err}") from err
 
 
 def _quantize_stage(cfg: RunConfig, name: str, model_dir: Path, model_digest: str,
@@ -144,7 +85,8 @@ def _baseline_stage(p: Plan, run_dir: Path, device: str, console: Console
                     ) -> tuple[Measurement, bool]:
     key = baseline_key(p.cfg, p.model_digest, p.suites, device, p.engine_version, p.requests)
     cached = cached_measurement(key)
-    hit = load_cached(cached)
+    hit = load_cached(cached, lambda why: console.print(
+        f"[yellow]![/] cached baseline results dropped, measuring again: {escape(why)}"))
     if hit is not None:
         shutil.copytree(cached, run_dir / "baseline", dirs_exist_ok=True)
         console.print(f"[green]✓[/] baseline: reused cached results ({cached}); its load "
@@ -387,24 +329,46 @@ def build_record(p: Plan, q: QuantizeResult, base: Measurement, cand: Measuremen
     )
 
 
-def new_run_dir(root: Path, candidate: str) -> Path:
+def new_run_dir(root: Path, label: str) -> Path:
+    """A new folder <time>-<label> under root, never one another run already holds (two
+    runs started in the same second get -2, -3, ...), always inside root."""
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    run_dir = root / f"{stamp}-{candidate}"
-    run_dir.mkdir(parents=True, exist_ok=False)
-    return run_dir
+    root.mkdir(parents=True, exist_ok=True)
+    for n in range(1, 1000):
+        run_dir = inside(root, f"{stamp}-{label}" + (f"-{n}" if n > 1 else ""))
+        try:
+            run_dir.mkdir()
+            return run_dir
+        except FileExistsError:
+            continue
+    raise InfraError(f"{root}: no free run folder name for {stamp}-{label}")
 
 
-def run_evaluate(cfg: RunConfig, candidate: str, runs_root: Path,
-                 console: Console) -> DecisionRecord:
-    p = plan(cfg, candidate)
+def _tracker(cfg: RunConfig, candidate: str, device: str, console: Console) -> Tracker:
+    """The run's MLflow tracker; without MLflow when the config allows a server that does
+    not answer (preflight refused it otherwise)."""
+    enabled = cfg.tracking.required or unreachable(tracking_uri(cfg.tracking)) is None
+    if not enabled:
+        console.print(f"[yellow]![/] tracking server {tracking_uri(cfg.tracking)} does not "
+                      "answer; running without MLflow (tracking.required: false)")
+    return Tracker(cfg.tracking, f"{cfg.model.name}:{candidate}",
+                   {"candidate": candidate, "model": cfg.model.name, "device": device},
+                   on_lost=lambda why: console.print(
+                       f"[yellow]![/] MLflow lost ({escape(why)}): the run goes on and is "
+                       "recorded locally; what was not logged is listed in decision.json"),
+                   enabled=enabled)
+
+
+def run_evaluate(cfg: RunConfig, candidate: str, runs_root: Path, console: Console,
+                 outputs: Outputs | None = None) -> DecisionRecord:
+    p = plan(cfg, candidate, outputs or Outputs(runs_dir=runs_root))
     device = p.device
     run_dir = new_run_dir(runs_root, candidate)
     (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json")))
     shutil.copyfile(cfg.resolve(cfg.gates), run_dir / POLICY_FILE)  # for `workbench gate`
     console.print(f"run folder {run_dir} · device {device} · engine {p.engine_version}")
     started = time.perf_counter()
-    tags = {"candidate": candidate, "model": cfg.model.name, "device": device}
-    with Tracker(cfg.tracking, f"{cfg.model.name}:{candidate}", tags) as tracker:
+    with _tracker(cfg, candidate, device, console) as tracker:
         tracker.log_params({"candidate": candidate, "recipe": p.candidate.model_dump_json(),
                             "model_path": str(p.model_dir), "device": device,
                             "engine": p.engine_version, "engine_config":
@@ -413,40 +377,100 @@ def run_evaluate(cfg: RunConfig, candidate: str, runs_root: Path,
                             "load": cfg.workload.model_dump_json(),
                             "gates": str(cfg.resolve(cfg.gates)), "run_dir": str(run_dir)})
         try:
-            q = _quantize_stage(cfg, candidate, p.model_dir, p.model_digest, run_dir, console)
+            with stage("quantise"):
+                q = _quantize_stage(cfg, candidate, p.model_dir, p.model_digest, run_dir,
+                                    console)
             if p.candidate.recipe_file is not None:  # its format is known only now
                 unsupported = serving_problem(cfg, candidate, device, Path(q.path))
                 if unsupported:
                     raise InputError(unsupported)
-            base, base_hit = _baseline_stage(p, run_dir, device, console)
-            cand = _candidate_stage(p, q, run_dir, device, console)
-            base, cand = _later_rounds(p, q, base, cand, run_dir, device, console)
-            rec = build_record(p, q, base, cand, run_dir, device,
-                               {"quantized_artifact": q.cache_hit, "baseline_results": base_hit},
-                               tracker)
-            write_record(run_dir, rec)
-            write_json(run_dir / "timing.json",
-                       {"wall_time_s": round(time.perf_counter() - started, 2)})
-            metrics = _metrics(rec, base, cand)
-            tracker.log_metrics(metrics)
-            tracker.set_tags({"decision": rec.decision, "gates": _gate_counts(rec)})
-            tracker.log_suites([(s.name, s.path, s.digest) for s in p.suites])
-            for role, m in (("baseline", base), ("candidate", cand)):
-                with tracker.nested(role, {"role": role, "model_path": m.server.model_path}):
-                    tracker.log_metrics({k.removeprefix(f"{role}."): v for k, v in
-                                         metrics.items() if k.startswith(f"{role}.")})
-                    tracker.log_series(_level_series(m.load))
-            rec.mlflow["registry"] = tracker.register_candidate(
-                cfg.model.name, Path(q.path).resolve().as_uri(), rec.decision,
-                {"candidate": candidate, "gates": _gate_counts(rec),
-                 "run_dir": str(run_dir)})
-            write_record(run_dir, rec)
+            with stage("measure"):
+                base, base_hit = _baseline_stage(p, run_dir, device, console)
+                cand = _candidate_stage(p, q, run_dir, device, console)
+                base, cand = _later_rounds(p, q, base, cand, run_dir, device, console)
+            with stage("record"):
+                rec = build_record(p, q, base, cand, run_dir, device,
+                                   {"quantized_artifact": q.cache_hit,
+                                    "baseline_results": base_hit}, tracker)
+                write_record(run_dir, rec)
+                write_json(run_dir / "timing.json",
+                           {"wall_time_s": round(time.perf_counter() - started, 2)})
+            log_run(tracker, rec, base, cand, [(s.name, s.path, s.digest) for s in p.suites],
+                    q.path)
         finally:
             tracker.log_artifacts(run_dir)  # partial results too, when a stage failed
+    rec.mlflow.update(tracker.status())
+    write_record(run_dir, rec)
     show_decision(rec, console)
-    console.print(f"decision record: {run_dir / 'decision.json'} · MLflow run {tracker.run_id} "
-                  f"({tracker.uri}) · {time.perf_counter() - started:.0f}s")
+    console.print(f"decision record: {run_dir / 'decision.json'} · MLflow "
+                  f"{_tracking_line(tracker, run_dir)} · {time.perf_counter() - started:.0f}s")
     return rec
+
+
+def _tracking_line(tracker: Tracker, run_dir: Path) -> str:
+    if tracker.lost is None:
+        return f"run {tracker.run_id} ({tracker.uri})"
+    return (f"[yellow]incomplete[/] ({escape(tracker.lost)}); log it later: "
+            f"workbench log {escape(str(run_dir))}")
+
+
+def log_run(tracker: Tracker, rec: DecisionRecord, base: Measurement, cand: Measurement,
+            suites: list[tuple[str, Path, str]], candidate_path: str) -> None:
+    """Everything a finished run sends to MLflow: metrics, tags, suites, a nested run per
+    model with its load curves, the registered candidate. Also what `workbench log` sends
+    for a run whose server was lost."""
+    metrics = _metrics(rec, base, cand)
+    tracker.log_metrics(metrics)
+    tracker.set_tags({"decision": rec.decision, "gates": _gate_counts(rec)})
+    tracker.log_suites(suites)
+    for role, m in (("baseline", base), ("candidate", cand)):
+        with tracker.nested(role, {"role": role, "model_path": m.server.model_path}):
+            tracker.log_metrics({k.removeprefix(f"{role}."): v for k, v in
+                                 metrics.items() if k.startswith(f"{role}.")})
+            tracker.log_series(_level_series(m.load))
+    registry = tracker.register_candidate(
+        rec.model["name"], Path(candidate_path).resolve().as_uri(), rec.decision,
+        {"candidate": rec.candidate, "gates": _gate_counts(rec), "run_dir": rec.run_dir})
+    if registry:
+        rec.mlflow["registry"] = registry
+
+
+def log_stored_run(run_dir: Path, console: Console) -> None:
+    """`workbench log`: a finished run folder sent to MLflow as a new run (tagged with the
+    folder), for a run whose tracking server was down or lost; decision.json then says so."""
+    from .config import load_config
+    from .evaluate.suites import find_suite_dir
+    from .preflight import tracking_problems
+    from .regate import load_record, stored_measurement
+
+    rec = load_record(run_dir)
+    base, cand = stored_measurement(run_dir, "baseline"), stored_measurement(run_dir,
+                                                                             "candidate")
+    if base is None or cand is None:
+        raise InputError(f"{run_dir}: no baseline and candidate measurement.json to log")
+    cfg = load_config(run_dir / "config.yaml")
+    problems = tracking_problems(cfg)
+    if problems:
+        raise InputError(problems[0], problems)
+    suites = []
+    for name, digest in rec.data_digests.items():
+        try:
+            suites.append((name, find_suite_dir(name), digest))
+        except InputError:
+            suites.append((name, run_dir, digest))
+    tags = {"candidate": rec.candidate, "model": rec.model["name"],
+            "device": rec.device.get("kind", ""), "logged_from": str(run_dir.resolve())}
+    with Tracker(cfg.tracking, f"{rec.model['name']}:{rec.candidate}", tags) as tracker:
+        log_run(tracker, rec, base, cand, suites, rec.model.get("candidate_path", ""))
+        tracker.log_artifacts(run_dir)
+    if tracker.lost is not None:
+        raise InfraError(f"MLflow at {tracker.uri}: {tracker.lost}")
+    rec.mlflow = {"tracking_uri": tracker.uri, "run_id": tracker.run_id,
+                  "experiment_id": tracker.experiment_id, **tracker.status(),
+                  "logged_later": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                  **({"registry": rec.mlflow["registry"]} if "registry" in rec.mlflow else {})}
+    write_record(run_dir, rec)
+    console.print(f"logged {run_dir} to MLflow run {tracker.run_id} ({tracker.uri})")
 
 
 def _gate_counts(rec: DecisionRecord) -> str:
@@ -488,12 +512,9 @@ def run_quantize(cfg: RunConfig, candidates: list[str], runs_root: Path,
 
     Needs only the model and the candidates: suites and gates are not loaded."""
     model_dir = cfg.model.resolved_path(cfg.base_dir)
-    problems = model_problems(cfg, model_dir)
-    for name in candidates:
-        problems += build_problems(cfg, name, model_dir)
-    if problems:
-        problems = list(dict.fromkeys(problems))  # a calibration problem is every candidate's
-        raise InputError(problems[0], problems)
+    problems = config_problems(cfg, candidates, detect_device(), False,
+                               Outputs(runs_dir=runs_root), profiles=[], tracking=False)
+    problems.raise_any()
     run_dir = new_run_dir(runs_root, "quantize-" + "-".join(candidates)[:80])
     digest = folder_digest(model_dir)
     results = []

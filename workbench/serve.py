@@ -24,8 +24,18 @@ from .errors import InfraError
 from .paths import cache_root, engine_python, offline_env
 
 __all__ = [
-    "EngineServer", "ServerInfo", "detect_device", "engine_version", "free_port",
-    "install_sigterm_as_interrupt", "parse_cache_info",
+    "EngineServer",
+    "ServerInfo",
+    "Terminated",
+    "detect_device",
+    "engine_version",
+    "free_port",
+    "install_sigterm_as_interrupt",
+    "parse_cache_info",
+    "pid_alive",
+    "root_cause",
+    "spawn",
+    "stop_group",
 ]
 
 
@@ -44,6 +54,21 @@ def free_port() -> int:
 
 
 _LABEL = re.compile(r'(\w+)="([^"]*)"')
+# A Python exception line in the engine's log, possibly behind a worker prefix, e.g.
+# "(EngineCore pid=12) ValueError: ... 1.41 GiB KV cache is needed ...".
+_ERROR_LINE = re.compile(r"(?:^|\) |\] )((?:[\w.]+\.)?\w*(?:Error|Exception)\b:? .+)$")
+# Lines that wrap the real cause rather than state it.
+_WRAPPERS = ("root cause above", "initialization failed", "Traceback")
+
+
+def root_cause(log_text: str) -> str | None:
+    """The line of the engine's log that says why it failed: the last exception line that
+    is not a wrapper pointing elsewhere ("See root cause above")."""
+    errors = [m[1].strip() for line in log_text.splitlines()
+              if (m := _ERROR_LINE.search(line.strip()))]
+    causes = [e for e in errors if not any(w in e for w in _WRAPPERS)]
+    found = causes or errors
+    return found[-1][:400] if found else None
 
 
 def parse_cache_info(metrics_text: str) -> dict[str, str]:
@@ -151,12 +176,7 @@ class EngineServer:
             )
         self.log_file.parent.mkdir(parents=True, exist_ok=True)
         started = time.perf_counter()
-        with self.log_file.open("wb") as log:
-            self.process = subprocess.Popen(
-                self.command, stdout=log, stderr=subprocess.STDOUT, env=self._env(),
-                start_new_session=True,  # its own process group, see the module docstring
-                preexec_fn=die_with_parent,
-            )
+        self.process = spawn(self.command, self.log_file, self._env())
         self._wait_healthy(started)
         self.info.cold_start_s = round(time.perf_counter() - started, 2)
         self._first_token()
@@ -171,8 +191,8 @@ class EngineServer:
         while time.perf_counter() < deadline:
             if self.process is not None and self.process.poll() is not None:
                 raise InfraError(
-                    f"engine exited with code {self.process.returncode} while starting "
-                    f"(log: {self.log_file}): {self.log_tail()}"
+                    f"engine exited with code {self.process.returncode} while starting: "
+                    f"{self.failure_reason()} (log: {self.log_file})"
                 )
             try:
                 if httpx.get(self.base_url + "/health", timeout=2).status_code == 200:
@@ -214,8 +234,23 @@ class EngineServer:
         if self.process is not None and not self.alive():
             raise InfraError(
                 f"engine died (exit code {self.process.returncode}; log: {self.log_file}): "
-                f"{self.log_tail()}"
+                f"{self.failure_reason()}"
             )
+
+    def failure_reason(self) -> str:
+        """The root-cause line of the log, else its last lines."""
+        try:
+            text = self.log_file.read_text(errors="replace")
+        except OSError:
+            return ""
+        return root_cause(text) or self.log_tail()
+
+    def responsive(self, timeout_s: float = 5) -> bool:
+        """Whether the engine answers /health now (a stopped or hung engine does not)."""
+        try:
+            return httpx.get(self.base_url + "/health", timeout=timeout_s).status_code == 200
+        except httpx.HTTPError:
+            return False
 
     def log_tail(self, lines: int = 3) -> str:
         try:
@@ -228,16 +263,9 @@ class EngineServer:
         """SIGTERM the engine's process group, then SIGKILL whatever outlives the grace."""
         if self.process is None:
             return
-        # start_new_session made the engine a session leader, so its group id is its pid;
-        # that stays true after it exits, and reaches workers it left behind.
-        pgid = self.process.pid
-        signal_group(pgid, signal.SIGTERM)
-        try:
-            self.process.wait(timeout=grace_s)
-        except subprocess.TimeoutExpired:
-            pass
-        signal_group(pgid, signal.SIGKILL)
-        self.process.wait()
+        # spawn() made the engine a session leader, so its group id is its pid; that stays
+        # true after it exits, and reaches workers it left behind.
+        stop_group(self.process, grace_s)
         self.process = None
 
     def __enter__(self) -> EngineServer:
@@ -250,6 +278,26 @@ class EngineServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def spawn(cmd: list[str], log_file: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """Start a child of the workbench (engine, quantiser worker, load client): in its own
+    process group, so that stopping it stops everything it forked, and set to die with the
+    workbench, so that not even a SIGKILLed workbench leaves it running."""
+    with log_file.open("wb") as log:
+        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                start_new_session=True, preexec_fn=die_with_parent)
+
+
+def stop_group(proc: subprocess.Popen[bytes], grace_s: float = 5) -> None:
+    """SIGTERM a spawned child's process group, then SIGKILL whatever outlives the grace."""
+    signal_group(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        pass
+    signal_group(proc.pid, signal.SIGKILL)
+    proc.wait()
 
 
 def die_with_parent() -> None:
@@ -265,6 +313,17 @@ def die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
 
 
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this id exists (on this host)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def signal_group(pgid: int, sig: int) -> None:
     try:
         os.killpg(pgid, sig)
@@ -272,11 +331,19 @@ def signal_group(pgid: int, sig: int) -> None:
         pass
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, unwinding like Ctrl-C; the CLI exits 128 + signum (143), as a shell does."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"signal {signum}")
+        self.signum = signum
+
+
 def install_sigterm_as_interrupt() -> None:
     """Make SIGTERM unwind like Ctrl-C, so every context manager stops its engine."""
 
     def handler(signum: int, _frame: object) -> None:
-        raise KeyboardInterrupt(f"signal {signum}")
+        raise Terminated(signum)
 
     if sys.platform != "win32":
         signal.signal(signal.SIGTERM, handler)

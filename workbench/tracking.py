@@ -1,19 +1,34 @@
 """MLflow logging: one parent run per `evaluate`, started first so that a failure marks it
 FAILED, with a nested run per model; the suites as dataset inputs; the candidate as a
-registered model version carrying its decision."""
+registered model version carrying its decision.
+
+MLflow is a record of the run, never what decides it (docs/reliability.md): the tracking
+server is checked up front (preflight), its client retries briefly, and a server lost
+mid-run is reported once, after which nothing more is sent; the record says what was not
+logged, and `workbench log RUN_DIR` logs it later. A run left RUNNING by a workbench that
+was killed is marked KILLED by the next run on the same host.
+"""
 
 from __future__ import annotations
 
+import functools
 import os
 import re
-from collections.abc import Iterator
+import socket
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
 
 from .config import TrackingConfig
+from .serve import pid_alive
 
 __all__ = ["Tracker", "metric_name", "tracking_uri"]
+
+# A lost server should cost seconds, not MLflow's default of 7 retries with a 120 s timeout
+# each (18 minutes were measured); the user's own settings win.
+CLIENT_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10",
+                   "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1"}
 
 
 def tracking_uri(cfg: TrackingConfig) -> str:
@@ -31,19 +46,63 @@ def metric_name(name: str) -> str:
     return _NOT_IN_METRIC_NAME.sub("_", name)
 
 
+def _tolerant(method: Callable[..., object]) -> Callable[..., object]:
+    """Once the server is lost, every later call is skipped and counted; the first failure
+    is remembered (Tracker.lost) rather than raised."""
+
+    @functools.wraps(method)
+    def call(self: Tracker, *args: object, **kwargs: object) -> object:
+        if self.lost is not None:
+            self.skipped.append(method.__name__)
+            return None
+        try:
+            return method(self, *args, **kwargs)
+        except Exception as err:  # noqa: BLE001 - MLflow must not decide the run
+            first_line = (str(err).splitlines() or [""])[0][:300]
+            self.lost = f"{type(err).__name__}: {first_line}"
+            self.skipped.append(method.__name__)
+            self.on_lost(self.lost)
+            return None
+
+    return call
+
+
 class Tracker:
     """Context manager around an MLflow run; the run ends FAILED if the block raises."""
 
-    def __init__(self, cfg: TrackingConfig, run_name: str, tags: dict[str, str]) -> None:
+    def __init__(self, cfg: TrackingConfig, run_name: str, tags: dict[str, str],
+                 on_lost: Callable[[str], None] = lambda _reason: None,
+                 enabled: bool = True) -> None:
         self.cfg = cfg
         self.run_name = run_name
         self.tags = tags
         self.run_id = ""
         self.uri = tracking_uri(cfg)
         self.experiment_id = ""
+        self.on_lost = on_lost
+        self.lost: str | None = None if enabled else "tracking disabled (tracking.required: " \
+                                                      "false and the server did not answer)"
+        self.skipped: list[str] = []
+        self.marked_stale: list[str] = []
+
+    def status(self) -> dict[str, object]:
+        """What the record says of MLflow: complete, or what was not logged and why."""
+        if self.lost is None:
+            return {"status": "complete"}
+        return {"status": "incomplete", "error": self.lost,
+                "not_logged": sorted(set(self.skipped)),
+                "log_later": "workbench log <run folder>"}
 
     def __enter__(self) -> Tracker:
+        for key, value in CLIENT_DEFAULTS.items():
+            os.environ.setdefault(key, value)
         os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+        self._start()
+        self._mark_stale_runs()
+        return self
+
+    @_tolerant
+    def _start(self) -> None:
         import mlflow
 
         mlflow.set_tracking_uri(self.uri)
@@ -56,26 +115,50 @@ class Tracker:
             self.experiment_id = mlflow.create_experiment(self.cfg.experiment, location)
         else:
             self.experiment_id = exp.experiment_id
+        owner = {"workbench.host": socket.gethostname(), "workbench.pid": str(os.getpid())}
         run = mlflow.start_run(experiment_id=self.experiment_id, run_name=self.run_name,
-                               tags=self.tags)
+                               tags={**self.tags, **owner})
         self.run_id = run.info.run_id
-        return self
 
+    @_tolerant
+    def _mark_stale_runs(self) -> None:
+        """Runs of this experiment still RUNNING whose workbench process on this host is
+        gone (killed with SIGKILL, or the machine lost power): marked KILLED, saying so."""
+        from mlflow import MlflowClient
+
+        client = MlflowClient()
+        host = socket.gethostname()
+        running = client.search_runs(
+            [self.experiment_id], "attributes.status = 'RUNNING' and "
+            f"tags.`workbench.host` = '{host}'", max_results=200)
+        for run in running:
+            pid = run.data.tags.get("workbench.pid", "")
+            if run.info.run_id == self.run_id or not pid.isdigit() or pid_alive(int(pid)):
+                continue
+            client.set_tag(run.info.run_id, "failure", f"the workbench process ({pid}) ended "
+                           f"without closing this run; marked by run {self.run_id}")
+            client.set_terminated(run.info.run_id, "KILLED")
+            self.marked_stale.append(run.info.run_id)
+
+    @_tolerant
     def log_params(self, params: dict[str, object]) -> None:
         import mlflow
 
         mlflow.log_params({k: str(v)[:6000] for k, v in params.items()})
 
+    @_tolerant
     def log_metrics(self, metrics: dict[str, float]) -> None:
         import mlflow
 
         mlflow.log_metrics({metric_name(k): float(v) for k, v in metrics.items()})
 
+    @_tolerant
     def set_tags(self, tags: dict[str, str]) -> None:
         import mlflow
 
         mlflow.set_tags(tags)
 
+    @_tolerant
     def log_series(self, series: dict[str, list[float]]) -> None:
         """Metrics with one value per step (a load level per step, lightest first), so the
         UI draws them as curves."""
@@ -87,13 +170,29 @@ class Tracker:
 
     @contextmanager
     def nested(self, name: str, tags: dict[str, str]) -> Iterator[str]:
-        """A child run of the current one (one per model); yields its id."""
+        """A child run of the current one (one per model); yields its id ('' when the
+        server is lost: the block still runs, its calls are skipped)."""
+        child = self._start_child(name, tags)
+        try:
+            yield child or ""
+        finally:
+            if child:
+                self._end_child()
+
+    @_tolerant
+    def _start_child(self, name: str, tags: dict[str, str]) -> str:
         import mlflow
 
-        with mlflow.start_run(run_name=name, nested=True, tags=tags,
-                              experiment_id=self.experiment_id) as child:
-            yield child.info.run_id
+        return mlflow.start_run(run_name=name, nested=True, tags=tags,
+                                experiment_id=self.experiment_id).info.run_id
 
+    @_tolerant
+    def _end_child(self) -> None:
+        import mlflow
+
+        mlflow.end_run()
+
+    @_tolerant
     def log_suites(self, suites: list[tuple[str, Path, str]]) -> None:
         """Each suite as a dataset input (name, folder, digest): the data by reference."""
         import mlflow
@@ -105,6 +204,7 @@ class Tracker:
             mlflow.log_input(MetaDataset(source, name=name, digest=digest[:36]),  # type: ignore[abstract]
                              context="evaluation")
 
+    @_tolerant
     def register_candidate(self, model: str, source: str, decision: str,
                            tags: dict[str, str]) -> dict[str, str]:
         """A model version for the candidate, tagged with its decision; a promotion moves
@@ -123,6 +223,7 @@ class Tracker:
         client.set_registered_model_alias(model, alias, version.version)
         return {"registered_model": model, "version": str(version.version), "alias": alias}
 
+    @_tolerant
     def log_artifacts(self, folder: Path) -> None:
         import mlflow
 
@@ -131,10 +232,16 @@ class Tracker:
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
+        if exc_type is None:
+            self._end("FINISHED", None)
+        else:
+            interrupted = issubclass(exc_type, KeyboardInterrupt)
+            self._end("KILLED" if interrupted else "FAILED", f"{exc_type.__name__}: {exc}")
+
+    @_tolerant
+    def _end(self, status: str, failure: str | None) -> None:
         import mlflow
 
-        if exc_type is None:
-            mlflow.end_run("FINISHED")
-        else:
-            mlflow.set_tag("failure", f"{exc_type.__name__}: {exc}"[:5000])
-            mlflow.end_run("KILLED" if exc_type is KeyboardInterrupt else "FAILED")
+        if failure is not None:
+            mlflow.set_tag("failure", failure[:5000])
+        mlflow.end_run(status)

@@ -180,7 +180,7 @@ def test_session_interval_covers_an_aa_at_the_stated_confidence(sessions: int) -
 def test_a_health_gate_naming_a_suite_that_generates_nothing_is_refused_up_front(
         tmp_path) -> None:
     from workbench.evaluate.suites import load_suite
-    from workbench.pipeline import policy_problems
+    from workbench.preflight import policy_problems
 
     suites = [load_suite("arithmetic"), load_suite("mmlu-sample")]
     policy = GatePolicy(health=HealthGate(max_drop=0.05, suites=["arithmetic", "mmlu-sample",

@@ -26,6 +26,8 @@ from typing import Any
 
 import yaml
 
+from ..files import name_problem, read_text
+
 __all__ = ["LmEvalTask", "read_task", "run_task"]
 
 
@@ -64,7 +66,7 @@ def read_task(folder: Path, task_file: str, problems: list[str]) -> LmEvalTask |
         problems.append(f"{folder / 'suite.yaml'}: task: file {task_file!r} not found")
         return None
     try:
-        doc = yaml.load(path.read_text(), Loader=_TaskLoader)  # noqa: S506 (safe subclass)
+        doc = yaml.load(read_text(path), Loader=_TaskLoader)  # noqa: S506 (safe subclass)
     except yaml.YAMLError as err:
         problems.append(f"{where}: not valid YAML ({err})")
         return None
@@ -85,10 +87,17 @@ def read_task(folder: Path, task_file: str, problems: list[str]) -> LmEvalTask |
         problems.append(f"{where}: dataset_kwargs.data_files must map the test_split "
                         f"({split!r}) to one JSONL file in the suite folder")
         return None
+    if name_problem(data):
+        problems.append(f"{where}: data file {data!r} must be a file name in the suite folder")
+        return None
     if not (folder / data).is_file():
         problems.append(f"{where}: data file {data!r} not found in {folder}")
         return None
     metrics = doc.get("metric_list") or [{"metric": "acc"}]
+    if not (isinstance(metrics, list) and isinstance(metrics[0], dict)
+            and isinstance(metrics[0].get("metric"), str)):
+        problems.append(f"{where}: metric_list must list objects with a 'metric' name")
+        return None
     output_type = doc.get("output_type", "generate_until")
     return LmEvalTask(name=doc["task"], yaml_path=path, data_file=folder / data, split=str(split),
                       metric=str(metrics[0]["metric"]), output_type=output_type)
@@ -98,7 +107,7 @@ def _resolved_task_dir(task: LmEvalTask, into: Path) -> Path:
     """A copy of the task YAML whose data path is absolute: lm-eval resolves relative
     data_files against the working directory, not the YAML (FIELD_NOTES). The suite's
     Python files go beside it, since `!function` hooks resolve against the YAML's folder."""
-    doc = yaml.load(task.yaml_path.read_text(), Loader=_TaskLoader)  # noqa: S506
+    doc = yaml.load(read_text(task.yaml_path), Loader=_TaskLoader)  # noqa: S506
     doc["dataset_kwargs"]["data_files"] = {task.split: str(task.data_file.resolve())}
     (into / task.yaml_path.name).write_text(
         yaml.dump(doc, Dumper=_TaskDumper, sort_keys=False, allow_unicode=True))

@@ -51,6 +51,11 @@ _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 SCORING_VERSION = 6
 # Scorings whose items are generated text: each carries a generation-health check.
 GENERATING = ("numeric", "exact", "code", "refusal", "json", "instructions")
+# The per-item checks each scoring records beside the score: what a gate's `metric` may name
+# (generating scorings also record healthy and truncated).
+ITEM_CHECKS = {"refusal": ("refused", "off_topic"),
+               "json": ("parses", "schema_valid", "fields_correct"),
+               "instructions": ("instructions_followed",)}
 
 
 @dataclass(frozen=True)

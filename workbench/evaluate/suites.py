@@ -14,10 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ..config import format_validation_error, read_yaml
 from ..errors import InputError
+from ..files import name_problem
 from ..jsonl import jsonl_lines
 from ..paths import REPO_ROOT
 from .instructions import CHECKERS
@@ -95,6 +96,16 @@ class SuiteSpec(BaseModel):
                                               "baseline's, item by item (0: no agreement check)")
     sample: SampleSizes = SampleSizes()
 
+    @field_validator("name", "data", "task")
+    @classmethod
+    def _plain_name(cls, v: str | None) -> str | None:
+        """The name becomes result file names; data and task are files in the suite's own
+        folder: neither may act as a path."""
+        problem = name_problem(v) if v is not None else None
+        if problem:
+            raise ValueError(problem)
+        return v
+
     def model_post_init(self, _ctx: object) -> None:
         allowed = KIND_SCORINGS[self.kind]
         if self.scoring not in allowed:
@@ -167,7 +178,17 @@ def find_suite_dir(name: str) -> Path:
 
 
 def _template_fields(template: str) -> set[str]:
-    return {f for _, f, _, _ in string.Formatter().parse(template) if f}
+    """The item fields a prompt template names; ValueError for a template that cannot be
+    filled from an item's fields (unbalanced braces, positional or indexed fields)."""
+    fields = set()
+    for _, field_name, _, _ in string.Formatter().parse(template):
+        if field_name is None:
+            continue
+        if not field_name.isidentifier():
+            raise ValueError(f"field {{{field_name}}} is not an item field name (use "
+                             "{question}, {context}, ...; write {{ and }} for literal braces)")
+        fields.add(field_name)
+    return fields
 
 
 def _choices(spec: SuiteSpec, row: dict, where: str, problems: list[str]
@@ -187,6 +208,17 @@ def _choices(spec: SuiteSpec, row: dict, where: str, problems: list[str]
     return tuple(choices)
 
 
+def _is_number(value: object) -> bool:
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, (int, float)):
+        return value == value  # not NaN
+    try:
+        return float(str(value)) == float(str(value))
+    except ValueError:
+        return False
+
+
 def _answer_and_check(spec: SuiteSpec, row: dict, where: str, problems: list[str]
                       ) -> tuple[str, str, str] | None:
     """(answer, check, schema) as the scorer reads them; None (and a problem) if malformed.
@@ -195,6 +227,14 @@ def _answer_and_check(spec: SuiteSpec, row: dict, where: str, problems: list[str
     text so items stay hashable and comparable."""
     answer = row.get(spec.answer_field, "")
     check = row.get(spec.check_field, "")
+    if spec.scoring == "numeric" and not _is_number(answer):
+        problems.append(f"{where}: '{spec.answer_field}' must be a number (numeric scoring), "
+                        f"got {answer!r}")
+        return None
+    if spec.scoring == "exact" and not isinstance(answer, (str, int, float)):
+        problems.append(f"{where}: '{spec.answer_field}' must be a string (exact scoring), "
+                        f"got {answer!r}")
+        return None
     if spec.scoring == "refusal" and answer not in EXPECTATIONS:
         problems.append(f"{where}: '{spec.answer_field}' must be one of "
                         f"{', '.join(EXPECTATIONS)}, got {answer!r}")
@@ -221,8 +261,8 @@ def _answer_and_check(spec: SuiteSpec, row: dict, where: str, problems: list[str
     return str(answer), str(check) if spec.scoring == "code" else "", ""
 
 
-def _parse_items(spec: SuiteSpec, data_path: Path, problems: list[str]) -> list[SuiteItem]:
-    needed = _template_fields(spec.prompt_template) | {"id"}
+def _needed_fields(spec: SuiteSpec, template_fields: set[str]) -> set[str]:
+    needed = template_fields | {"id"}
     if spec.needs_answer:
         needed.add(spec.answer_field)
     if spec.scoring == "choice":
@@ -231,8 +271,12 @@ def _parse_items(spec: SuiteSpec, data_path: Path, problems: list[str]) -> list[
         needed.add(spec.check_field)
     if spec.scoring == "json":
         needed.add(spec.schema_field)
-    items: list[SuiteItem] = []
-    seen: set[str] = set()
+    return needed
+
+
+def _read_rows(data_path: Path, problems: list[str]) -> list[tuple[str, dict]]:
+    """(where, row) for every JSON object line; a line that is not one is a problem."""
+    rows = []
     for lineno, line in enumerate(jsonl_lines(data_path), start=1):
         if not line.strip():
             continue
@@ -242,7 +286,35 @@ def _parse_items(spec: SuiteSpec, data_path: Path, problems: list[str]) -> list[
         except json.JSONDecodeError as err:
             problems.append(f"{where}: not valid JSON ({err.msg})")
             continue
-        missing = sorted(needed - row.keys()) if isinstance(row, dict) else sorted(needed)
+        if not isinstance(row, dict):
+            problems.append(f"{where}: expected a JSON object")
+            continue
+        rows.append((where, row))
+    return rows
+
+
+def _parse_items(spec: SuiteSpec, spec_path: Path, data_path: Path, problems: list[str]
+                 ) -> list[SuiteItem]:
+    try:
+        template_fields = _template_fields(spec.prompt_template)
+    except ValueError as err:
+        problems.append(f"{spec_path}: prompt_template: {err}")
+        return []
+    rows = _read_rows(data_path, problems)
+    needed = _needed_fields(spec, template_fields)
+    # A field that no item has is one mistake in the spec, not one per item.
+    absent = sorted(f for f in needed if rows and not any(f in row for _, row in rows))
+    if absent:
+        keys = sorted({k for _, row in rows for k in row})
+        named = ", ".join(absent)
+        problems.append(f"{spec_path}: no item of {data_path.name} has the field(s) {named} "
+                        f"that prompt_template or the scoring needs (items have: "
+                        f"{', '.join(keys)})")
+        return []
+    items: list[SuiteItem] = []
+    seen: set[str] = set()
+    for where, row in rows:
+        missing = sorted(needed - row.keys())
         if missing:
             problems.append(f"{where}: missing field(s) {', '.join(missing)}")
             continue
@@ -264,6 +336,17 @@ def _parse_items(spec: SuiteSpec, data_path: Path, problems: list[str]) -> list[
                                answer=answer, slices=tuple(slices), choices=choices,
                                check=check, schema=schema))
     return items
+
+
+MAX_PROBLEMS_SHOWN = 10
+
+
+def _capped(problems: list[str]) -> list[str]:
+    """At most MAX_PROBLEMS_SHOWN lines per suite: the rest is counted, not printed."""
+    if len(problems) <= MAX_PROBLEMS_SHOWN:
+        return problems
+    more = len(problems) - MAX_PROBLEMS_SHOWN
+    return problems[:MAX_PROBLEMS_SHOWN] + [f"... and {more} more problem(s) like these"]
 
 
 def load_suite(name: str) -> Suite:
@@ -289,10 +372,11 @@ def load_suite(name: str) -> Suite:
     elif not data_path.is_file():
         problems.append(f"{spec_path}: data: file {spec.data!r} not found in {folder}")
     else:
-        items = _parse_items(spec, data_path, problems)
+        items = _parse_items(spec, spec_path, data_path, problems)
         if not items and not problems:
             problems.append(f"{data_path}: no items")
     if problems:
+        problems = _capped(problems)
         raise InputError(problems[0], problems)
     task_bytes = lm_task.yaml_path.read_bytes() if lm_task else b""
     digest = hashlib.sha256(spec_path.read_bytes() + task_bytes + data_path.read_bytes()

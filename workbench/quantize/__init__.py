@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -22,10 +21,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from .. import cache_entry
 from ..config import Candidate, RunConfig
 from ..digests import folder_digest, sha256_json
 from ..errors import InfraError, InputError
 from ..paths import cache_root, offline_env, quant_python
+from ..serve import spawn, stop_group
 from .calibration import calibration_samples, heldout_samples
 from .formats import ServedFormat, format_of_candidate, format_of_checkpoint, serve_args_for
 
@@ -137,18 +138,15 @@ def _run_worker(job: dict, log_file: Path, on_progress: Callable[[str], None]) -
                          "run scripts/setup.sh")
     job_file = Path(job["result_file"]).with_name("job.json")
     job_file.write_text(json.dumps(job, indent=2))
-    with log_file.open("w") as log:
-        proc = subprocess.Popen([str(quant_python()), str(WORKER), str(job_file)],
-                                stdout=log, stderr=subprocess.STDOUT, env=offline_env())
-        numbered = PassCounter()
-        try:
-            while proc.poll() is None:
-                on_progress(numbered(latest_progress(log_file)))
-                time.sleep(0.5)
-        finally:
-            if proc.poll() is None:  # interrupted: never leave the quantiser running
-                proc.kill()
-                proc.wait()
+    proc = spawn([str(quant_python()), str(WORKER), str(job_file)], log_file, offline_env())
+    numbered = PassCounter()
+    try:
+        while proc.poll() is None:
+            on_progress(numbered(latest_progress(log_file)))
+            time.sleep(0.5)
+    finally:
+        if proc.poll() is None:  # interrupted: never leave the quantiser running
+            stop_group(proc, grace_s=2)
     if proc.returncode != 0:
         tail = " | ".join(log_file.read_text(errors="replace").strip().splitlines()[-3:])
         raise InfraError(f"quantisation failed (exit {proc.returncode}; log: {log_file}): "
@@ -186,13 +184,27 @@ def _baseline_perplexity_file(model_digest: str, heldout: list[str], seq_len: in
     return cache_root() / "fidelity" / f"baseline-{key[:24]}.json"
 
 
+def _cached_perplexity(file: Path) -> dict | None:
+    """The baseline's cached held-out perplexity, or None (a damaged file is dropped and
+    measured again, never trusted)."""
+    try:
+        data = json.loads(file.read_text())
+        if isinstance(data, dict) and isinstance(data.get("perplexity"), (int, float)):
+            return data
+    except (OSError, ValueError):
+        pass
+    file.unlink(missing_ok=True)
+    return None
+
+
 def _fidelity(facts: dict, baseline_file: Path, heldout: list[str], seq_len: int) -> dict | None:
     measured = facts.pop("heldout_perplexity", {})
     if not heldout or "candidate" not in measured:
         return None
     cached = "baseline" not in measured
     if cached:
-        base = json.loads(baseline_file.read_text())
+        base = _cached_perplexity(baseline_file)
+        assert base is not None  # checked before the worker was asked to skip it
     else:
         base = measured["baseline"]
         baseline_file.parent.mkdir(parents=True, exist_ok=True)
@@ -228,18 +240,25 @@ def quantize(cfg: RunConfig, name: str, model_dir: Path, model_digest: str,
     versions = quant_library_versions()
     key = artifact_key(model_digest, recipe, samples_digest, versions)
     final = cache_root() / "artifacts" / key[:24]
-    if (final / "manifest.json").is_file():
-        manifest = json.loads((final / "manifest.json").read_text())
-        return QuantizeResult(name, str(final), True, key, manifest, "cache",
-                              serve_args_for(final, cand.serve_args()))
+    cache_entry.sweep_staging(final.parent)
+    if final.exists():
+        problem = cache_entry.check(final)
+        if problem is None:
+            manifest = json.loads((final / "manifest.json").read_text())
+            return QuantizeResult(name, str(final), True, key, manifest, "cache",
+                                  serve_args_for(final, cand.serve_args()))
+        on_progress(f"cached artifact dropped ({problem}); rebuilding")
+        log_file.parent.mkdir(parents=True, exist_ok=True)
+        with log_file.open("a") as log:
+            log.write(f"[workbench] cached artifact dropped: {problem}\n")
+        shutil.rmtree(final, ignore_errors=True)
 
     heldout = heldout_samples(cfg.calibration, cfg.resolve)
     base_ppl = _baseline_perplexity_file(model_digest, heldout, cfg.calibration.seq_len,
                                          versions)
     # Build in a scratch folder beside the final one and rename at the end, so an
     # interrupted run never leaves a folder that looks complete.
-    staging = final.with_name(f"{final.name}.partial-{int(time.time())}")
-    shutil.rmtree(staging, ignore_errors=True)
+    staging = cache_entry.staging_for(final)
     staging.mkdir(parents=True)
     work = staging / "_job"
     work.mkdir()
@@ -251,7 +270,7 @@ def quantize(cfg: RunConfig, name: str, model_dir: Path, model_digest: str,
         "samples_file": str(work / "samples.json"), "num_samples": len(samples),
         "seq_len": cfg.calibration.seq_len, "seed": cfg.calibration.seed,
         "heldout_file": str(work / "heldout.json") if heldout else None,
-        "baseline_perplexity": "cached" if base_ppl.is_file() else None,
+        "baseline_perplexity": "cached" if _cached_perplexity(base_ppl) else None,
         "result_file": str(work / "result.json"),
     }
     try:
@@ -281,8 +300,7 @@ def quantize(cfg: RunConfig, name: str, model_dir: Path, model_digest: str,
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
     (staging / "manifest.json").write_text(json.dumps(manifest, indent=2))
-    if final.exists():
-        shutil.rmtree(final)
-    staging.rename(final)
+    cache_entry.seal(staging)
+    cache_entry.publish(staging, final)
     return QuantizeResult(name, str(final), False, key, manifest, "built",
                           serve_args_for(final, cand.serve_args()))

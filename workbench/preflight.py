@@ -1,0 +1,388 @@
+"""The one up-front check. Every command (validate, evaluate, quantize, serve, gate) asks
+this module what is wrong with its inputs before it writes or starts anything, so
+`workbench validate` refuses exactly what `evaluate` would, and reports every problem at
+once: the model, the gate policy, the suites, the load profiles, each candidate's recipe
+and data, the engine arguments, the tracking server and every output path.
+
+Each check returns one-line problems naming the file and key; none raises past here.
+"""
+
+from __future__ import annotations
+
+import functools
+import socket
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TypeVar
+from urllib.parse import urlparse
+
+from .config import RunConfig
+from .digests import folder_digest, sha256_json
+from .errors import InputError
+from .evaluate.runner import GENERATING, ITEM_CHECKS
+from .evaluate.suites import Suite, load_suite
+from .files import read_json, writable_problem
+from .gates import GatePolicy, load_gate_policy
+from .loadtest import level_requests
+from .paths import cache_root, engine_python, offline_env
+from .quantize import calibration_samples, needs_calibration
+from .quantize.calibration import heldout_samples
+from .quantize.checks import candidate_problems, serving_problem
+from .serve import detect_device, engine_version
+from .tracking import tracking_uri
+from .workload import Request
+
+__all__ = ["Outputs", "Plan", "check_outputs", "config_problems", "plan", "policy_problems"]
+
+T = TypeVar("T")
+
+# Tokens a chat template adds around a prompt (role markers, a default system prompt):
+# a margin for the context check, which counts the prompt's own tokens.
+CHAT_TEMPLATE_MARGIN = 48
+# Engine arguments the workbench sets itself (serve.engine_command): given again, they
+# would silently override what the workbench measures and reports.
+RESERVED_ENGINE_ARGS = ("--model", "--served-model-name", "--host", "--port", "--max-model-len",
+                        "--dtype", "--seed")
+
+
+@dataclass(frozen=True)
+class Outputs:
+    """Where a command will write: each checked for writability before anything is."""
+
+    runs_dir: Path | None = None
+    files: dict[str, Path | None] = field(default_factory=dict)  # option -> file
+
+
+class Plan:
+    """Everything one candidate's evaluation needs, read and checked before any work."""
+
+    def __init__(self, cfg: RunConfig, candidate: str, device: str, policy: GatePolicy,
+                 suites: list[Suite], requests: list[Request]) -> None:
+        self.cfg = cfg
+        self.device = device
+        self.candidate_name = candidate
+        self.candidate = cfg.candidate(candidate)
+        self.model_dir = cfg.model.resolved_path(cfg.base_dir)
+        self.policy = policy
+        self.suites = suites
+        self.requests = requests
+
+    @functools.cached_property
+    def model_digest(self) -> str:
+        return folder_digest(self.model_dir)
+
+    @functools.cached_property
+    def engine_version(self) -> str:
+        return engine_version()
+
+
+class Problems(list):
+    """Problems collected from checks: a check returns its problems (one line each) or
+    raises InputError with them; the first of a repeated line is kept."""
+
+    def run(self, check: Callable[[], list[str]]) -> None:
+        self.extend(self.get(check) or [])
+
+    def get(self, read: Callable[[], T]) -> T | None:
+        """What ``read`` returns, or None when it raised InputError (its problems kept)."""
+        try:
+            return read()
+        except InputError as err:
+            self.extend(err.problems)
+            return None
+
+    def raise_any(self) -> None:
+        unique = list(dict.fromkeys(self))
+        if unique:
+            raise InputError(unique[0], unique)
+
+
+def model_problems(cfg: RunConfig) -> list[str]:
+    """The model folder exists, and the context asked for is within the model's own."""
+    model_dir = cfg.model.resolved_path(cfg.base_dir)
+    if not (model_dir / "config.json").is_file():
+        hint = " (run scripts/setup.sh)" if cfg.model.path == "default" else ""
+        return [f"{cfg.source}: model.path: {model_dir} is not a model folder{hint}"]
+    config = read_json(model_dir / "config.json")
+    own = config.get("max_position_embeddings") if isinstance(config, dict) else None
+    if isinstance(own, int) and cfg.engine.max_model_len > own:
+        return [f"{cfg.source}: engine.max_model_len: {cfg.engine.max_model_len} exceeds the "
+                f"model's own context ({own}, max_position_embeddings in "
+                f"{model_dir / 'config.json'})"]
+    return []
+
+
+def gates_path(cfg: RunConfig) -> Path:
+    path = cfg.resolve(cfg.gates)
+    if not path.is_file():
+        raise InputError(f"{cfg.source}: gates: {cfg.gates!r} not found (looked at {path})")
+    return path
+
+
+def _allowed_metrics(suite: Suite) -> tuple[str, ...]:
+    scoring = suite.spec.scoring
+    generating = ("healthy", "truncated") if scoring in (*GENERATING, "lm-eval") else ()
+    return ("score", *ITEM_CHECKS.get(scoring, ()), *generating)
+
+
+def policy_problems(policy: GatePolicy, path: Path, suites: list[Suite]) -> list[str]:
+    """Gates that name a suite the config does not run (a guided run counts by its name),
+    or a per-item metric that suite's scoring does not produce."""
+    runs = {run: s for s in suites for run, _ in s.spec.runs()}
+    named = [(section, g.suite) for section, g in policy.paired()] + [
+        ("fidelity", g.suite) for g in policy.fidelity]
+    if policy.health is not None:
+        named += [("health", name) for name in policy.health.suites or []]
+    problems = [f"{path}: {section} gate names suite {suite!r}, which the config does not "
+                f"run (runs: {', '.join(sorted(runs))})" for section, suite in named
+                if suite not in runs]
+    for section, g in policy.paired():
+        if g.suite in runs and g.metric not in _allowed_metrics(runs[g.suite]):
+            problems.append(f"{path}: {section} gate on {g.suite!r}: metric {g.metric!r} is "
+                            f"not produced by its scoring ({runs[g.suite].spec.scoring}); "
+                            f"allowed: {', '.join(_allowed_metrics(runs[g.suite]))}")
+    if policy.health is not None:
+        scoring = {name: s.spec.scoring for name, s in runs.items()}
+        problems += [f"{path}: health gate names suite {name!r}, which generates no text "
+                     f"(its scoring is {scoring[name]})" for name in policy.health.suites or []
+                     if scoring.get(name, "json") not in (*GENERATING, "lm-eval")]
+    return problems
+
+
+def _tokenizer(model_dir: Path):  # -> tokenizers.Tokenizer | None
+    file = model_dir / "tokenizer.json"
+    if not file.is_file():
+        return None
+    from tokenizers import Tokenizer
+
+    return Tokenizer.from_file(str(file))
+
+
+def context_problems(cfg: RunConfig, suites: list[Suite]) -> list[str]:
+    """Suites whose prompt and answer cannot fit engine.max_model_len: found here, not as a
+    400 from the engine halfway through a run. Counted with the model's own tokenizer
+    (a model folder without tokenizer.json is not checked)."""
+    model_dir = cfg.model.resolved_path(cfg.base_dir)
+    tok = _tokenizer(model_dir) if (model_dir / "config.json").is_file() else None
+    if tok is None:
+        return []
+    limit = cfg.engine.max_model_len
+    problems = []
+    for suite in suites:
+        spec = suite.spec
+        if spec.scoring == "lm-eval":
+            continue
+        items = suite.sample(cfg.profile, cfg.seed)
+        longest = sorted(items, key=lambda it: len(it.prompt) + max(map(len, it.choices),
+                                                                     default=0))[-8:]
+        for it in longest:
+            prompt = len(tok.encode(it.prompt).ids)
+            if spec.scoring == "logprobs":
+                need, what = min(prompt, spec.max_prompt_tokens), "its text (cut)"
+            elif spec.scoring == "choice":
+                need = prompt + max(len(tok.encode(c).ids) for c in it.choices)
+                what = "its prompt and longest choice"
+            else:
+                need = prompt + spec.max_tokens + CHAT_TEMPLATE_MARGIN
+                what = f"its prompt, max_tokens {spec.max_tokens} and the chat template"
+            if need > limit:
+                problems.append(f"{suite.path / 'suite.yaml'}: item {it.id!r} needs {need} "
+                                f"tokens ({what}), over engine.max_model_len {limit} of "
+                                f"{cfg.source}")
+                break
+    return problems
+
+
+def recipe_file_problems(cfg: RunConfig, name: str) -> list[str]:
+    """A recipe file must parse as YAML before anything is built from it."""
+    from .config import read_yaml
+
+    cand = cfg.candidate(name)
+    if cand.recipe_file is None:
+        return []
+    path = cfg.resolve(cand.recipe_file)
+    if not path.is_file():
+        return []  # candidate_problems names it
+    raw = read_yaml(path)
+    if not isinstance(raw, (dict, list)) or not raw:
+        return [f"{path}: candidates.{name}.recipe_file: expected an llm-compressor recipe "
+                f"(a mapping of stages or a list of modifiers), got {type(raw).__name__}"]
+    return []
+
+
+def data_problems(cfg: RunConfig, name: str) -> list[str]:
+    """Calibration and held-out data: files present, parseable, enough samples."""
+    where = f"{cfg.source}: "
+    problems = Problems()
+    if needs_calibration(cfg.candidate(name)):
+        problems.get(lambda: calibration_samples(cfg.calibration, cfg.resolve))
+        problems.get(lambda: heldout_samples(cfg.calibration, cfg.resolve))
+    return [p if p.startswith(str(cfg.source)) or p.startswith("/") else where + p
+            for p in problems]
+
+
+def engine_args_problems(cfg: RunConfig, names: list[str]) -> list[str]:
+    """engine.extra_args and each candidate's engine_args, parsed by vLLM's own argument
+    parser in the engine environment (it parses without starting anything); only when
+    some are given, since importing vLLM takes seconds."""
+    sets = [("engine.extra_args", list(cfg.engine.extra_args))] + [
+        (f"candidates.{n}.engine_args", list(cfg.candidate(n).engine_args)) for n in names]
+    problems = []
+    for key, args in sets:
+        reserved = [a for a in args if a.split("=")[0] in RESERVED_ENGINE_ARGS]
+        if reserved:
+            problems.append(f"{cfg.source}: {key}: {', '.join(reserved)} is set by the "
+                            f"workbench itself (from model and engine); remove it")
+    given = [a for _, args in sets for a in args]
+    if problems or not given:
+        return problems
+    verdict = _parse_engine_args(given)
+    return [f"{cfg.source}: engine arguments {' '.join(given)}: {verdict}"] if verdict else []
+
+
+_PARSE = ("import sys\n"
+          "from vllm.entrypoints.launchers.cli_args import make_arg_parser\n"
+          "from vllm.utils.argparse_utils import FlexibleArgumentParser\n"
+          "make_arg_parser(FlexibleArgumentParser(prog='vllm')).parse_args("
+          "['--model', 'm'] + sys.argv[1:])\n")
+
+
+def _parse_engine_args(args: list[str]) -> str | None:
+    """vLLM's verdict on the arguments: None when it accepts them. An accepted set is
+    remembered (by the arguments and engine version) so that later runs skip the import."""
+    memo = cache_root() / "engine-args" / f"{sha256_json([args, engine_version()])[:24]}.ok"
+    if memo.is_file():
+        return None
+    if not engine_python().exists():
+        return None  # the engine's absence is reported when it is needed
+    proc = subprocess.run([str(engine_python()), "-c", _PARSE, *args], capture_output=True,
+                          text=True, env=offline_env(), timeout=120)
+    if proc.returncode == 0:
+        memo.parent.mkdir(parents=True, exist_ok=True)
+        memo.touch()
+        return None
+    errors = [ln for ln in proc.stderr.splitlines() if "error:" in ln]
+    return errors[-1].split("error:", 1)[1].strip() if errors else "rejected by vLLM"
+
+
+def tracking_problems(cfg: RunConfig) -> list[str]:
+    """The tracking URI has a scheme MLflow stores runs with and, where that is cheap to
+    know, answers within seconds: a dead server is refused now, not after minutes of
+    retries at the end of a run."""
+    uri = tracking_uri(cfg.tracking)
+    key = "MLFLOW_TRACKING_URI" if uri != (cfg.tracking.uri or uri) else "tracking.uri"
+    where = f"{cfg.source}: {key}"
+    parsed = urlparse(uri)
+    scheme = parsed.scheme.split("+")[0]
+    if scheme in ("", "file"):
+        return [f"{where}: {uri}: {p}" for p in
+                filter(None, [writable_problem(Path(parsed.path or uri), "store", True)])]
+    if scheme == "sqlite":
+        db = Path(uri.removeprefix("sqlite:///")) if uri.startswith("sqlite:///") else None
+        if db is None:
+            return [f"{where}: {uri}: use sqlite:///ABSOLUTE/PATH.db"]
+        problem = writable_problem(db, "database", False)
+        return [f"{where}: {problem}"] if problem else []
+    if scheme not in ("http", "https", "postgresql", "mysql", "mssql"):
+        return [f"{where}: {uri}: unsupported scheme {parsed.scheme!r} (allowed: sqlite, "
+                "file, http, https, postgresql, mysql, mssql)"]
+    if cfg.tracking.required is False:
+        return []
+    reason = unreachable(uri)
+    return [f"{where}: {uri} is unreachable ({reason}); start it, fix the URI, or set "
+            "tracking.required: false to run without MLflow"] if reason else []
+
+
+def unreachable(uri: str, timeout_s: float = 3.0) -> str | None:
+    """Why the tracking server cannot be reached, or None: a TCP connection for a database,
+    MLflow's /health for a server."""
+    parsed = urlparse(uri)
+    if parsed.scheme in ("http", "https"):
+        import httpx
+
+        try:
+            resp = httpx.get(uri.rstrip("/") + "/health", timeout=timeout_s)
+        except httpx.HTTPError as err:
+            return type(err).__name__
+        return None if resp.status_code == 200 else f"/health answered {resp.status_code}"
+    if not parsed.hostname:
+        return None
+    default_ports = {"postgresql": 5432, "mysql": 3306, "mssql": 1433}
+    port = parsed.port or default_ports.get(parsed.scheme.split("+")[0], 0)
+    try:
+        with socket.create_connection((parsed.hostname, port), timeout=timeout_s):
+            return None
+    except OSError as err:
+        return err.strerror or type(err).__name__
+
+
+def check_outputs(outputs: Outputs) -> list[str]:
+    problems = []
+    if outputs.runs_dir is not None:
+        problems.append(writable_problem(outputs.runs_dir, "--runs-dir", True))
+    for option, file in outputs.files.items():
+        if file is not None:
+            problems.append(writable_problem(file, option, False))
+    return [p for p in problems if p]
+
+
+def suites_and_policy(cfg: RunConfig, problems: Problems
+                      ) -> tuple[GatePolicy | None, list[Suite]]:
+    suites = [s for s in (problems.get(functools.partial(load_suite, n)) for n in cfg.suites)
+              if s is not None]
+    path = problems.get(lambda: gates_path(cfg))
+    policy = problems.get(lambda: load_gate_policy(path)) if path is not None else None
+    if policy is not None and path is not None and len(suites) == len(cfg.suites):
+        problems.extend(policy_problems(policy, path, suites))
+    problems.run(lambda: context_problems(cfg, suites))
+    return policy, suites
+
+
+def config_problems(cfg: RunConfig, candidates: list[str], device: str, serving: bool,
+                    outputs: Outputs, profiles: list[str] | None = None,
+                    problems: Problems | None = None, tracking: bool = True) -> Problems:
+    """Every check a run of these candidates needs (serving: can this device serve them;
+    profiles: the load profiles to check, default the selected one; tracking: the MLflow
+    server, for commands that log)."""
+    problems = problems if problems is not None else Problems()
+    before = len(problems)
+    problems.run(lambda: model_problems(cfg))
+    model_ok = len(problems) == before
+    model_dir = cfg.model.resolved_path(cfg.base_dir)
+    for name in candidates:
+        if model_ok:
+            problems.run(lambda n=name: candidate_problems(cfg, n, model_dir))
+        problems.run(lambda n=name: recipe_file_problems(cfg, n))
+        problems.run(lambda n=name: data_problems(cfg, n))
+        if serving:
+            problems.run(lambda n=name: [p] if (p := serving_problem(cfg, n, device)) else [])
+    for name in profiles if profiles is not None else [cfg.load.profile]:
+        problems.get(lambda n=name: _profile_requests(cfg, n))
+    problems.run(lambda: engine_args_problems(cfg, candidates))
+    if tracking:
+        problems.run(lambda: tracking_problems(cfg))
+    problems.extend(check_outputs(outputs))
+    return problems
+
+
+def _profile_requests(cfg: RunConfig, name: str) -> list[Request]:
+    """A profile's requests, as the load test will send them (a trace read line by line)."""
+    profile = cfg.with_load_profile(name).workload
+    trace = cfg.resolve(profile.trace) if profile.trace else None
+    return level_requests(profile, trace, cfg.engine.max_model_len)
+
+
+def plan(cfg: RunConfig, candidate: str, outputs: Outputs, device: str | None = None) -> Plan:
+    """evaluate's check: every problem at once, or the plan of the run."""
+    device = device or detect_device()
+    problems = Problems()
+    problems.get(lambda: cfg.candidate(candidate))
+    problems.raise_any()  # an unknown candidate makes the other checks meaningless
+    policy, suites = suites_and_policy(cfg, problems)
+    config_problems(cfg, [candidate], device, True, outputs, problems=problems)
+    problems.raise_any()
+    assert policy is not None
+    return Plan(cfg, candidate, device, policy, suites, _profile_requests(cfg,
+                                                                          cfg.load.profile))
