@@ -99,9 +99,10 @@ def main() -> None:
     """
 
 
-junit_option = click.option("--junit", type=click.Path(dir_okay=False, path_type=Path),
+# Output paths are checked by the preflight (one line, exit 2), not by click's usage errors.
+junit_option = click.option("--junit", type=click.Path(path_type=Path),
                             default=None, help="Also write JUnit XML: one test case per gate.")
-summary_option = click.option("--summary", type=click.Path(dir_okay=False, path_type=Path),
+summary_option = click.option("--summary", type=click.Path(path_type=Path),
                               default=None, help="Also write a short Markdown summary (for a "
                                                  "CI job summary, e.g. $GITHUB_STEP_SUMMARY).")
 
@@ -306,7 +307,7 @@ def validate(config_path: str, candidate: str | None, load_profile: str | None,
         problems = Problems()
         suites_and_policy(cfg, problems)
         config_problems(cfg, list(cfg.candidates), detect_device(), False, outputs,
-                        profiles=sorted(cfg.load.profiles), problems=problems)
+                        profiles=cfg.load.declared(), problems=problems)
         problems.raise_any()
         checked = f"{len(cfg.candidates)} candidate(s)"
     if all_suites:

@@ -366,6 +366,13 @@ class LoadConfig(_Strict):
     def selected(self) -> LoadProfile:
         return self.profiles[self.profile]
 
+    def declared(self) -> list[str]:
+        """The selected profile and every one the config itself sets: a built-in the config
+        leaves untouched is sized for a GPU and is not this config's to fit."""
+        untouched = {name for name, fields in BUILTIN_PROFILES.items()
+                     if self.profiles.get(name) == LoadProfile.model_validate(fields)}
+        return sorted({self.profile} | (set(self.profiles) - untouched))
+
 
 class TrackingConfig(_Strict):
     uri: str | None = Field(
