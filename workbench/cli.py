@@ -176,9 +176,9 @@ def gate(run_dir: Path, policy: Path | None, out: Path | None, junit: Path | Non
     from .pipeline import show_decision
     from .preflight import check_outputs
     from .record import write_record
-    from .regate import regate
+    from .regate import regate_stored
 
-    rec, _ = regate(run_dir, policy)  # every stored input read and checked first
+    rec, _ = regate_stored(run_dir, policy)  # every stored input read and checked first
     target = out or inside(run_dir, f"gate-{(policy or Path('stored')).stem}")
     problems = check_outputs(_outputs(target, junit, summary))
     if problems:

@@ -21,7 +21,7 @@ from .gates import GatePolicy, load_gate_policy
 from .measure import MEASUREMENT_FILE, Measurement
 from .record import DecisionRecord, policy_summary
 
-__all__ = ["POLICY_FILE", "load_record", "regate", "stored_measurement"]
+__all__ = ["POLICY_FILE", "load_record", "regate", "regate_stored", "stored_measurement"]
 
 POLICY_FILE = "gates.yaml"  # the policy a run was judged under, copied into its folder
 
@@ -105,4 +105,23 @@ def regate(run_dir: Path, policy_path: Path | None = None) -> tuple[DecisionReco
     rec.gates = outcomes
     rec.decision = decide(outcomes, policy.inconclusive_blocks)
     rec.policy = policy_summary(policy, path, outcomes)
+    return rec, policy
+
+
+def regate_stored(run_dir: Path, policy_path: Path | None = None
+                  ) -> tuple[DecisionRecord, GatePolicy]:
+    """regate(), with the record also rendered once before anything is written: the
+    schema types the record's top level only, so a section of the wrong shape inside it
+    (a load entry that is null, a gate detail that is a number) is found here and refused
+    naming the file, not met halfway through writing the new record."""
+    from .record import render_markdown, render_summary
+
+    try:
+        rec, policy = regate(run_dir, policy_path)
+        render_markdown(rec)
+        render_summary(rec)
+    except (KeyError, TypeError, AttributeError, ValueError, IndexError) as err:
+        raise InputError(f"{run_dir / 'decision.json'}: a stored section has an unexpected "
+                         f"shape ({type(err).__name__}: {str(err)[:160]}); not a record this "
+                         "workbench wrote") from None
     return rec, policy
