@@ -57,16 +57,17 @@ __all__ = ["log_run", "new_run_dir", "run_evaluate", "run_quantize"]
 
 
 @contextmanager
-def stage(name: str) -> Iterator[None]:
+def stage(name: str, folder: Path) -> Iterator[None]:
     """A file-system failure inside a stage (disk full, a folder made read-only mid-run)
-    becomes an infrastructure error naming the stage and the path, not a bare OSError."""
+    becomes an infrastructure error naming the stage and the path (the file when the
+    error knows it, else the folder the stage writes in), not a bare OSError."""
     try:
         yield
     except OSError as err:
         if isinstance(err, (ConnectionError, TimeoutError)):
             raise
-        where = f" {err.filename}" if err.filename else ""
-        raise InfraError(f"{name}: cannot write{where}: {err.strerror or err}") from err
+        where = err.filename or f"in {folder}"
+        raise InfraError(f"{name}: cannot write {where}: {err.strerror or err}") from err
 
 
 def _quantize_stage(cfg: RunConfig, name: str, model_dir: Path, model_digest: str,
@@ -377,18 +378,18 @@ def run_evaluate(cfg: RunConfig, candidate: str, runs_root: Path, console: Conso
                             "load": cfg.workload.model_dump_json(),
                             "gates": str(cfg.resolve(cfg.gates)), "run_dir": str(run_dir)})
         try:
-            with stage("quantise"):
+            with stage("quantise", run_dir):
                 q = _quantize_stage(cfg, candidate, p.model_dir, p.model_digest, run_dir,
                                     console)
             if p.candidate.recipe_file is not None:  # its format is known only now
                 unsupported = serving_problem(cfg, candidate, device, Path(q.path))
                 if unsupported:
                     raise InputError(unsupported)
-            with stage("measure"):
+            with stage("measure", run_dir):
                 base, base_hit = _baseline_stage(p, run_dir, device, console)
                 cand = _candidate_stage(p, q, run_dir, device, console)
                 base, cand = _later_rounds(p, q, base, cand, run_dir, device, console)
-            with stage("record"):
+            with stage("record", run_dir):
                 rec = build_record(p, q, base, cand, run_dir, device,
                                    {"quantized_artifact": q.cache_hit,
                                     "baseline_results": base_hit}, tracker)

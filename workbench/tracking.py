@@ -205,10 +205,13 @@ class Tracker:
                              context="evaluation")
 
     @_tolerant
-    def register_candidate(self, model: str, source: str, decision: str,
+    def register_candidate(self, model: str, checkpoint: str, decision: str,
                            tags: dict[str, str]) -> dict[str, str]:
-        """A model version for the candidate, tagged with its decision; a promotion moves
-        the `champion` alias to it, any other outcome sets `challenger`."""
+        """A model version for the candidate, tagged with its decision and its checkpoint;
+        a promotion moves the `champion` alias to it, any other outcome sets `challenger`.
+
+        The version's source is the run (runs:/<id>/candidate): a tracking server refuses a
+        local path outside the run's artifacts as a source; the checkpoint is a tag."""
         from mlflow import MlflowClient
         from mlflow.exceptions import MlflowException
 
@@ -217,8 +220,9 @@ class Tracker:
             client.create_registered_model(model)
         except MlflowException:
             pass  # registered by an earlier run
-        version = client.create_model_version(model, source, run_id=self.run_id,
-                                              tags={**tags, "decision": decision})
+        version = client.create_model_version(
+            model, f"runs:/{self.run_id}/candidate", run_id=self.run_id,
+            tags={**tags, "decision": decision, "checkpoint": checkpoint})
         alias = "champion" if decision == "promote" else "challenger"
         client.set_registered_model_alias(model, alias, version.version)
         return {"registered_model": model, "version": str(version.version), "alias": alias}

@@ -99,6 +99,11 @@ def mlflow_status(db: Path, experiment: str = "faults") -> list[str]:
     return [r.info.status for r in runs if "mlflow.parentRunId" not in r.data.tags]
 
 
+def report(text: str) -> None:
+    """A measured figure, shown past pytest's capture (docs/reliability.md quotes them)."""
+    print(f"[fault tier] {text}", file=sys.__stderr__, flush=True)
+
+
 def finish(proc: subprocess.Popen, timeout: float = 900) -> tuple[int, str, str]:
     try:
         out, err = proc.communicate(timeout=timeout)
@@ -129,6 +134,7 @@ def test_engine_hang_during_the_load_test_is_detected(tiny_model: Path, tmp_path
                 os.killpg(pid, signal.SIGCONT)
             except ProcessLookupError:
                 pass
+    report(f"engine stopped during the load test: exit {code} after {detected_s:.1f}s")
     assert code == 3, out + err
     assert "engine hung" in err, err
     assert detected_s < 90, detected_s  # 3 probes 5 s apart, each up to 5 s, + stopping
@@ -148,6 +154,7 @@ def test_interrupt_and_terminate_stop_everything(tiny_model: Path, tmp_path: Pat
     proc.send_signal(sig)
     started = time.monotonic()
     got, out, err = finish(proc, timeout=120)
+    report(f"signal {int(sig)}: exit {got} after {time.monotonic() - started:.1f}s")
     assert got == code, out + err
     assert time.monotonic() - started < 60
     assert "interrupted" in err
@@ -172,7 +179,10 @@ def test_sigkill_during_quantisation_then_corrupted_caches_then_two_runs_at_once
     time.sleep(2)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
+    killed = time.monotonic()
     no_process_left("workbench/quantize/worker.py", within_s=15)
+    report(f"workbench SIGKILLed while quantising: worker gone after "
+           f"{time.monotonic() - killed:.1f}s")
     assert list((cache_root() / "artifacts").glob("*.partial-*"))  # left by the killed run
     assert mlflow_status(tmp_path / "mlflow.db") == ["RUNNING"]
 
@@ -253,6 +263,8 @@ def test_tracking_server_lost_mid_run_does_not_decide_the_exit_code(
         _stop(server)  # the server is lost while the run measures
         lost_at = time.monotonic()
         code, out, err = finish(proc)
+        report(f"tracking server lost mid-run: exit {code}, {time.monotonic() - lost_at:.1f}s "
+               "from the loss to the end of the run")
         assert code in (0, 1), out + err
         assert time.monotonic() - lost_at < 600
         run_dir = next((tmp_path / "runs").glob("*-aa"))

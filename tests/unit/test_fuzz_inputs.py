@@ -162,19 +162,13 @@ def _fuzz_inputs(p: Project, targets: list[Path], data: st.DataObject) -> None:
         restore()
 
 
-def test_fuzzed_configs_and_policies(project: Project) -> None:
-    targets = [project.config_file, project.root / "gates.yaml"]
-
-    @FUZZ
-    @given(data=st.data())
-    def run(data: st.DataObject) -> None:
-        _fuzz_inputs(project, targets, data)
-
-    run()
+FAMILIES = {"config and policy": lambda p: [p.config_file, p.root / "gates.yaml"],
+            "suite": lambda p: [p.suite / "suite.yaml", p.suite / "items.jsonl"]}
 
 
-def test_fuzzed_suites(project: Project) -> None:
-    targets = [project.suite / "suite.yaml", project.suite / "items.jsonl"]
+@pytest.mark.parametrize("family", FAMILIES)
+def test_fuzzed_configs_policies_and_suites(project: Project, family: str) -> None:
+    targets = FAMILIES[family](project)
 
     @FUZZ
     @given(data=st.data())

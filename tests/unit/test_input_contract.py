@@ -281,3 +281,19 @@ def test_the_shipped_config_passes_validate_for_every_candidate_this_device_serv
         result = CliRunner().invoke(main, ["validate", "--config", cfg, "--candidate",
                                            candidate])
         assert result.exit_code == 0, result.output
+
+
+def test_engine_arguments_are_parsed_by_vllms_own_parser(tmp_path: Path, monkeypatch) -> None:
+    """Needs the engine environment (scripts/setup.sh); parses, never starts an engine."""
+    from workbench.paths import engine_python
+    from workbench.preflight import _parse_engine_args
+
+    real = engine_python()
+    if not real.exists():
+        pytest.skip("the engine environment is not set up (scripts/setup.sh)")
+    monkeypatch.setenv("WORKBENCH_ENGINE_PYTHON", str(real))
+    monkeypatch.setenv("WORKBENCH_CACHE", str(tmp_path / "cache"))
+    refused = _parse_engine_args(["--max-num-seqs", "4", "--no-such-flag"])
+    assert refused is not None and "--no-such-flag" in refused
+    assert _parse_engine_args(["--max-num-seqs", "4"]) is None
+    assert list((tmp_path / "cache" / "engine-args").glob("*.ok"))  # remembered

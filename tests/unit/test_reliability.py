@@ -186,3 +186,14 @@ def test_a_run_left_running_by_a_killed_workbench_is_marked_by_the_next(tmp_path
     assert second.marked_stale == [first.run_id]
     assert client.get_run(first.run_id).info.status == "KILLED"
     assert "ended without closing" in client.get_run(first.run_id).data.tags["failure"]
+
+
+def test_a_full_disk_names_the_stage_and_the_path(tmp_path: Path) -> None:
+    """/dev/full answers every write with ENOSPC, as a full disk does."""
+    from workbench.pipeline import stage
+
+    with pytest.raises(InfraError, match=r"measure: cannot write in .*: No space left"):
+        with stage("measure", tmp_path):
+            with open("/dev/full", "w") as f:
+                f.write("x" * 10)
+                f.flush()
