@@ -74,9 +74,14 @@ def _quantize_stage(cfg: RunConfig, name: str, model_dir: Path, model_digest: st
                     run_dir: Path, console: Console) -> QuantizeResult:
     cand = cfg.candidate(name)
     what = f"quantising {name} ({cand.recipe or cand.recipe_file or 'checkpoint'})"
+    def progress(step: str) -> None:
+        if step.startswith("cached artifact dropped"):  # worth a line that stays
+            console.print(f"[yellow]![/] {escape(step)}")
+        status.update(f"{what} {step}")
+
     with console.status(what) as status:
         q = quantize(cfg, name, model_dir, model_digest, run_dir / "quantize.log",
-                     on_progress=lambda step: status.update(f"{what} {step}"))
+                     on_progress=progress)
     console.print(f"[green]✓[/] quantise {name}: {_quantize_summary(q)}")
     write_json(run_dir / "quantize.json", q.to_dict())
     return q

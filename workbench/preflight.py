@@ -10,6 +10,7 @@ Each check returns one-line problems naming the file and key; none raises past h
 from __future__ import annotations
 
 import functools
+import os
 import socket
 import subprocess
 from collections.abc import Callable
@@ -272,8 +273,10 @@ def tracking_problems(cfg: RunConfig) -> list[str]:
     know, answers within seconds: a dead server is refused now, not after minutes of
     retries at the end of a run."""
     uri = tracking_uri(cfg.tracking)
-    key = "MLFLOW_TRACKING_URI" if uri != (cfg.tracking.uri or uri) else "tracking.uri"
-    where = f"{cfg.source}: {key}"
+    if os.environ.get("MLFLOW_TRACKING_URI"):
+        where = "MLFLOW_TRACKING_URI (environment, over tracking.uri)"
+    else:
+        where = f"{cfg.source}: tracking.uri" + ("" if cfg.tracking.uri else " (default)")
     parsed = urlparse(uri)
     scheme = parsed.scheme.split("+")[0]
     if scheme in ("", "file"):
