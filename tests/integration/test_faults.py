@@ -61,7 +61,15 @@ def start(cfg: Path, candidate: str, cwd: Path, env: dict | None = None) -> subp
     cmd = [sys.executable, "-m", "workbench.cli", "evaluate", "--candidate", candidate,
            "--config", str(cfg), "--runs-dir", "runs"]
     return subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env={**os.environ, **(env or {})})
+                            text=True, env={**os.environ, **(env or {})},
+                            preexec_fn=_default_sigint)
+
+
+def _default_sigint() -> None:
+    """Ctrl-C as a terminal delivers it: a shell's background job (CI scripts often are)
+    inherits SIGINT ignored, and Python then installs no KeyboardInterrupt handler."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 def wait_for(condition: Callable[[], object], proc: subprocess.Popen, timeout: float = 600,
@@ -99,9 +107,22 @@ def mlflow_status(db: Path, experiment: str = "faults") -> list[str]:
     return [r.info.status for r in runs if "mlflow.parentRunId" not in r.data.tags]
 
 
+FIGURES: list[str] = []
+
+
+@pytest.fixture(autouse=True)
+def show_figures(capsys: pytest.CaptureFixture) -> None:
+    """Each test's measured figures, shown past pytest's capture when it ends
+    (docs/reliability.md quotes them)."""
+    yield
+    with capsys.disabled():
+        for line in FIGURES:
+            print(f"\n[fault tier] {line}", flush=True)
+    FIGURES.clear()
+
+
 def report(text: str) -> None:
-    """A measured figure, shown past pytest's capture (docs/reliability.md quotes them)."""
-    print(f"[fault tier] {text}", file=sys.__stderr__, flush=True)
+    FIGURES.append(text)
 
 
 def finish(proc: subprocess.Popen, timeout: float = 900) -> tuple[int, str, str]:
