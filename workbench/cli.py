@@ -212,19 +212,8 @@ def quantize(config_path: str, candidates: tuple[str, ...], all_candidates: bool
         raise InputError("give --candidate NAME (repeatable) or --all")
     cfg = load_config(_config_path(config_path))
     names = list(cfg.candidates) if all_candidates else list(dict.fromkeys(candidates))
-    unknown = [p for name in names for p in _unknown_candidate(cfg, name)]
-    if unknown:
-        raise InputError(unknown[0], unknown)
-    run_quantize(cfg, names, runs_dir, console)
+    run_quantize(cfg, names, runs_dir, console)  # checks every input first
     return 0
-
-
-def _unknown_candidate(cfg: RunConfig, name: str) -> list[str]:
-    try:
-        cfg.candidate(name)
-    except InputError as err:
-        return err.problems
-    return []
 
 
 @main.command()
@@ -238,19 +227,13 @@ def serve(config_path: str, candidate: str | None, runs_dir: Path) -> int:
     """Start vLLM for the baseline or a candidate and keep it up until Ctrl-C, for poking."""
     from .files import inside
     from .pipeline import run_quantize
-    from .preflight import config_problems
-    from .serve import EngineServer, detect_device, install_sigterm_as_interrupt
+    from .preflight import check_candidates
+    from .serve import EngineServer, install_sigterm_as_interrupt
 
     install_sigterm_as_interrupt()
     cfg = load_config(_config_path(config_path))
-    names = [candidate] if candidate is not None else []
-    problems = [p for name in names for p in _unknown_candidate(cfg, name)]
-    if not problems:
-        problems = config_problems(cfg, names, detect_device(), True, _outputs(runs_dir, None,
-                                                                              None),
-                                   profiles=[], tracking=False)
-    if problems:
-        raise InputError(problems[0], list(problems))
+    check_candidates(cfg, [candidate] if candidate else [], _outputs(runs_dir, None, None),
+                     serving=True)
     model_dir = cfg.model.resolved_path(cfg.base_dir)
     name, extra = cfg.model.name, []
     if candidate is not None:
@@ -292,8 +275,7 @@ def validate(config_path: str, candidate: str | None, load_profile: str | None,
     output paths; report every problem at once. Runs the very checks `evaluate` runs, so a
     config that passes here is not refused there; writes and starts nothing."""
     from .evaluate.suites import SUITES_ROOT, load_suite
-    from .preflight import config_problems, plan, suites_and_policy
-    from .serve import detect_device
+    from .preflight import check_config, plan
 
     path = _config_path(config_path)
     cfg = _load(config_path, load_profile)
@@ -302,13 +284,7 @@ def validate(config_path: str, candidate: str | None, load_profile: str | None,
         plan(cfg, candidate, outputs)  # evaluate's own check
         checked = f"candidate {candidate}"
     else:
-        from .preflight import Problems
-
-        problems = Problems()
-        suites_and_policy(cfg, problems)
-        config_problems(cfg, list(cfg.candidates), detect_device(), False, outputs,
-                        profiles=cfg.load.declared(), problems=problems)
-        problems.raise_any()
+        check_config(cfg, outputs)
         checked = f"{len(cfg.candidates)} candidate(s)"
     if all_suites:
         extra = sorted(str(p.parent) for p in SUITES_ROOT.glob("*/*/suite.yaml")

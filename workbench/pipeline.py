@@ -38,7 +38,7 @@ from .measure import (
     store_in_cache,
 )
 from .plots import LATENCY_PLOT, plot_latency_vs_throughput
-from .preflight import Outputs, Plan, config_problems, plan, unreachable
+from .preflight import Outputs, Plan, check_candidates, plan, unreachable
 from .quantize import QuantizeResult, quantize
 from .quantize.checks import serving_problem, unsupported_here
 from .record import (
@@ -517,10 +517,8 @@ def run_quantize(cfg: RunConfig, candidates: list[str], runs_root: Path,
     """Build (or find) each candidate's checkpoint; say which ones this device can serve.
 
     Needs only the model and the candidates: suites and gates are not loaded."""
+    check_candidates(cfg, candidates, Outputs(runs_dir=runs_root), serving=False)
     model_dir = cfg.model.resolved_path(cfg.base_dir)
-    problems = config_problems(cfg, candidates, detect_device(), False,
-                               Outputs(runs_dir=runs_root), profiles=[], tracking=False)
-    problems.raise_any()
     run_dir = new_run_dir(runs_root, "quantize-" + "-".join(candidates)[:80])
     digest = folder_digest(model_dir)
     results = []

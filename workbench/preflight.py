@@ -36,7 +36,8 @@ from .serve import detect_device, engine_version
 from .tracking import tracking_uri
 from .workload import Request
 
-__all__ = ["Outputs", "Plan", "check_outputs", "config_problems", "plan", "policy_problems"]
+__all__ = ["Outputs", "Plan", "check_candidates", "check_config", "check_outputs", "plan",
+           "policy_problems"]
 
 T = TypeVar("T")
 
@@ -432,6 +433,30 @@ def _profile_requests(cfg: RunConfig, name: str) -> list[Request]:
     profile = cfg.with_load_profile(name).workload
     trace = cfg.resolve(profile.trace) if profile.trace else None
     return level_requests(profile, trace, cfg.engine.max_model_len)
+
+
+def check_candidates(cfg: RunConfig, names: list[str], outputs: Outputs, serving: bool,
+                     device: str | None = None) -> None:
+    """quantize's and serve's check: the named candidates, the model, their recipes and
+    data, the engine arguments, the outputs (no suites, gates or tracking: they use none)."""
+    problems = Problems()
+    for name in names:
+        problems.get(lambda n=name: cfg.candidate(n))
+    problems.raise_any()  # an unknown candidate makes the other checks meaningless
+    config_problems(cfg, names, device or detect_device(), serving, outputs, profiles=[],
+                    problems=problems, tracking=False)
+    problems.raise_any()
+
+
+def check_config(cfg: RunConfig, outputs: Outputs) -> None:
+    """validate's check without --candidate: everything evaluate checks, for every
+    candidate's recipe and data and every load profile the config declares; only whether
+    this device can serve each candidate is left to `validate --candidate`."""
+    problems = Problems()
+    suites_and_policy(cfg, problems)
+    config_problems(cfg, list(cfg.candidates), detect_device(), False, outputs,
+                    profiles=cfg.load.declared(), problems=problems)
+    problems.raise_any()
 
 
 def plan(cfg: RunConfig, candidate: str, outputs: Outputs, device: str | None = None) -> Plan:
