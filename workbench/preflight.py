@@ -466,8 +466,8 @@ def plan(cfg: RunConfig, candidate: str, outputs: Outputs, device: str | None = 
     problems.get(lambda: cfg.candidate(candidate))
     problems.raise_any()  # an unknown candidate makes the other checks meaningless
     policy, suites = suites_and_policy(cfg, problems)
-    config_problems(cfg, [candidate], device, True, outputs, problems=problems)
+    requests = problems.get(lambda: _profile_requests(cfg, cfg.load.profile))
+    config_problems(cfg, [candidate], device, True, outputs, profiles=[], problems=problems)
     problems.raise_any()
-    assert policy is not None
-    return Plan(cfg, candidate, device, policy, suites, _profile_requests(cfg,
-                                                                          cfg.load.profile))
+    assert policy is not None and requests is not None
+    return Plan(cfg, candidate, device, policy, suites, requests)
