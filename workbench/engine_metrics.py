@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
+from typing_extensions import TypedDict
 
 __all__ = ["HISTOGRAMS", "Scrape", "histogram_quantile", "parse_scrape", "server_side_level"]
 
@@ -91,7 +92,14 @@ def _delta(before: dict[float, float], after: dict[float, float]) -> dict[float,
     return {b: after[b] - before.get(b, 0.0) for b in after}
 
 
-def server_side_level(before: Scrape, after: Scrape) -> dict:
+class ServerLevel(TypedDict, total=False):
+    """The engine's own view of one load level."""
+
+    latency: dict[str, dict[str, float]]  # ttft_ms / tpot_ms / ... -> p50, p99, count, mean
+    counters: dict[str, float]  # counter -> its increase over the level
+
+
+def server_side_level(before: Scrape, after: Scrape) -> ServerLevel:
     """Percentiles (ms) of each latency histogram over what happened between two scrapes,
     with request counts, and the counters' increases."""
     latency: dict[str, dict[str, float]] = {}

