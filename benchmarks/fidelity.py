@@ -60,7 +60,8 @@ def main() -> None:
         print("|---|---|---|---|---|---|---|")
         digest = folder_digest(model_dir)
         for name in args.candidates:
-            q = quantize(cfg, name, model_dir, digest, Path(tmp) / f"{name}-quantize.log")
+            q = quantize(cfg, name, cfg.candidate(name), model_dir, digest,
+                         Path(tmp) / f"{name}-quantize.log")
             cand_file, cand_s = score(cfg, Path(q.path), q.serve_args, suite, items,
                                       Path(tmp) / name)
             f = compare_fidelity(suite.name, base_file, cand_file, slices)

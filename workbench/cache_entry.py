@@ -17,13 +17,14 @@ import os
 import shutil
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 from .digests import sha256_json
 from .paths import cache_root
 from .serve import pid_alive
 
-__all__ = ["SEAL", "check", "seal", "staging_for", "store", "sweep_staging"]
+__all__ = ["SEAL", "check", "seal", "staging_for", "store", "store_together", "sweep_staging"]
 
 SEAL = ".workbench-digests.json"
 STAGING = ".partial-"  # <entry>.partial-<pid>-<random>
@@ -87,9 +88,24 @@ def staging_for(final: Path) -> Path:
 
 def store(src: Path, final: Path) -> None:
     """Copy a finished folder into the cache as ``final``, sealed, atomically."""
+    _store(final, lambda staging: shutil.copytree(src, staging))
+
+
+def store_together(parts: dict[str, Path], final: Path) -> None:
+    """Several finished folders as one entry (``final/<name>`` each), sealed together: a
+    reader finds all of them or none (a baseline and a candidate measured together)."""
+    def copy(staging: Path) -> None:
+        staging.mkdir(parents=True)
+        for name, src in parts.items():
+            shutil.copytree(src, staging / name)
+
+    _store(final, copy)
+
+
+def _store(final: Path, fill: Callable[[Path], object]) -> None:
     staging = staging_for(final)
     try:
-        shutil.copytree(src, staging)
+        fill(staging)
         seal(staging)
         publish(staging, final)
     finally:

@@ -107,6 +107,12 @@ summary_option = click.option("--summary", type=click.Path(path_type=Path),
                                                  "CI job summary, e.g. $GITHUB_STEP_SUMMARY).")
 
 
+remeasure_option = click.option(
+    "--remeasure", is_flag=True, help="Measure the candidate and its baseline's load again "
+    "even when a measurement of the same inputs is cached (the baseline's suite results, "
+    "deterministic for the same weights, are still reused).")
+
+
 def write_ci_outputs(rec: Any, junit: Path | None, summary: Path | None) -> None:
     from .record import render_summary, write_junit
 
@@ -122,23 +128,27 @@ def write_ci_outputs(rec: Any, junit: Path | None, summary: Path | None) -> None
 @click.option("--load-profile", default=None, metavar="NAME",
               help="Measure this named load profile instead of the config's load.profile "
                    "(built in: interactive, batch).")
+@remeasure_option
 @junit_option
 @summary_option
 @candidate_job
 def evaluate(config_path: str, candidate: str, runs_dir: Path, load_profile: str | None,
-             junit: Path | None, summary: Path | None) -> int:
+             remeasure: bool, junit: Path | None, summary: Path | None) -> int:
     """Run the whole pipeline for one candidate and decide promote / reject / inconclusive.
 
-    Reuses the cached quantised artifact and the cached baseline results when their
-    inputs are unchanged. Writes decision.json and decision.md in a new run folder and logs
-    the run to MLflow (./mlflow.db unless MLFLOW_TRACKING_URI or tracking.uri says otherwise).
+    Reuses the cached quantised artifact, the cached baseline results and, with nothing
+    changed, the cached measurement of this candidate beside its baseline (the record is
+    then rebuilt from it without starting an engine). Writes decision.json and decision.md
+    in a new run folder and logs the run to MLflow (./mlflow.db unless MLFLOW_TRACKING_URI
+    or tracking.uri says otherwise).
     """
     from .pipeline import run_evaluate
     from .serve import install_sigterm_as_interrupt
 
     install_sigterm_as_interrupt()
     cfg = _load(config_path, load_profile)
-    rec = run_evaluate(cfg, candidate, runs_dir, console, _outputs(runs_dir, junit, summary))
+    rec = run_evaluate(cfg, candidate, runs_dir, console, _outputs(runs_dir, junit, summary),
+                       remeasure)
     write_ci_outputs(rec, junit, summary)
     return rec.exit_code
 
@@ -173,9 +183,8 @@ def gate(run_dir: Path, policy: Path | None, out: Path | None, junit: Path | Non
     decision.json is left as it was.
     """
     from .files import inside
-    from .pipeline import show_decision
     from .preflight import check_outputs
-    from .record import write_record
+    from .record import print_decision, write_record
     from .regate import regate_stored
 
     rec, _ = regate_stored(run_dir, policy)  # every stored input read and checked first
@@ -186,7 +195,7 @@ def gate(run_dir: Path, policy: Path | None, out: Path | None, junit: Path | Non
     target.mkdir(parents=True, exist_ok=True)
     write_record(target, rec)
     write_ci_outputs(rec, junit, summary)
-    show_decision(rec, console)
+    print_decision(rec, console)
     console.print(f"re-gated record: {target / 'decision.json'}")
     return rec.exit_code
 

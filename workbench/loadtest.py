@@ -158,6 +158,43 @@ class LoadResult:
         return cls(**{**data, "levels": [LevelResult(**x) for x in data["levels"]],
                       "rounds": [cls.from_dict(r) for r in data.get("rounds", [])]})
 
+    def metrics(self) -> dict[str, float]:
+        """Every level's figures, flattened for MLflow (keys start with the level)."""
+        out: dict[str, float] = {}
+        for lv in self.levels:
+            out[f"{lv.key}.output_throughput"] = lv.output_throughput
+            out[f"{lv.key}.request_throughput"] = lv.request_throughput
+            out[f"{lv.key}.error_rate"] = lv.error_rate
+            for stat in ("p50", "p95", "p99", "max"):
+                for metric in ("ttft", "tpot", "itl", "e2el"):
+                    out[f"{lv.key}.{metric}_{stat}_ms"] = getattr(lv, f"{metric}_ms")[stat]
+            out.update({f"{lv.key}.{k}": float(v) for k, v in lv.slo.items()
+                        if k in ("goodput_rps", "attainment")})
+            for metric, stats in lv.server.get("latency", {}).items():
+                for stat in ("p50", "p99"):
+                    out[f"{lv.key}.server.{metric.removesuffix('_ms')}_{stat}_ms"] = stats[stat]
+        if self.generator:
+            out["generator.output_throughput"] = self.generator["output_throughput"]
+        stable = self.max_stable_level()
+        if stable is not None:
+            out["max_stable_level"] = self.levels.index(stable) + 1
+            if stable.concurrency is not None:
+                out["max_stable_concurrency"] = stable.concurrency
+        return out
+
+    def series(self) -> dict[str, list[float]]:
+        """Figures with one step per level (lightest first): curves in the MLflow UI."""
+        series: dict[str, list[float]] = {"load.output_throughput": [],
+                                          "load.request_throughput": []}
+        for lv in self.levels:
+            series["load.output_throughput"].append(lv.output_throughput)
+            series["load.request_throughput"].append(lv.request_throughput)
+            for metric in ("ttft", "tpot", "e2el"):
+                for stat in ("p50", "p99"):
+                    series.setdefault(f"load.{metric}_{stat}_ms", []).append(
+                        getattr(lv, f"{metric}_ms")[stat])
+        return series
+
     def all_rounds(self) -> list[LoadResult]:
         return [self, *self.rounds]
 

@@ -33,7 +33,7 @@ from .serve import EngineServer, ServerInfo, parse_cache_info
 from .workload import Request
 
 __all__ = ["MEASUREMENT_FILE", "SAMPLING", "Measurement", "baseline_key", "cached_measurement",
-           "measure"]
+           "cached_pair", "load_pair", "measure", "pair_key", "store_pair"]
 
 MEASUREMENT_FILE = "measurement.json"
 SAMPLING = {"temperature": 0.0, "api": "chat.completions"}
@@ -53,6 +53,24 @@ class Measurement:
                 "suites": {k: v.to_dict() for k, v in self.suites.items()},
                 "load": self.load.to_dict(), "wall_time_s": self.wall_time_s,
                 "headroom": self.headroom}
+
+    def metrics(self) -> dict[str, float]:
+        """This model's figures flattened for MLflow, named alike for every model (the
+        caller prefixes the role), so runs line up in the UI's compare view."""
+        out: dict[str, float] = {}
+        for name, r in self.suites.items():
+            out.update({f"{name}.{k}": v for k, v in r.metrics.items()})
+            if r.kind == "fidelity":
+                continue
+            out[f"{name}.accuracy"] = r.accuracy
+            for s, info in r.slices.items():
+                out[f"{name}.{s}.accuracy"] = info["accuracy"]
+        out.update(self.load.metrics())
+        out["cold_start_s"] = self.server.cold_start_s
+        out["first_token_s"] = self.server.first_token_s
+        out.update({f"headroom.{k}": float(v) for k, v in self.headroom.items()
+                    if isinstance(v, (int, float))})
+        return out
 
     @classmethod
     def from_dict(cls, data: dict) -> Measurement:
@@ -159,18 +177,53 @@ def load_cached(folder: Path, on_dropped: Callable[[str], None] = lambda _p: Non
                 ) -> Measurement | None:
     """The cached measurement, or None: absent, or failing its digest check (then the
     entry is dropped, on_dropped hears why, and the caller measures again)."""
+    found = _checked(folder, [folder], on_dropped)
+    return found[0] if found else None
+
+
+def _read(file: Path) -> Measurement:
+    return Measurement.from_dict(json.loads(file.read_text()))
+
+
+def _checked(folder: Path, parts: list[Path], on_dropped: Callable[[str], None]
+             ) -> list[Measurement] | None:
+    """The measurements in a sealed cache entry's parts, or None (dropped if damaged)."""
     cache_entry.sweep_staging(folder.parent)
     if not folder.exists():
         return None
     problem = cache_entry.check(folder)
     if problem is None:
         try:
-            return Measurement.from_dict(json.loads((folder / MEASUREMENT_FILE).read_text()))
+            return [_read(part / MEASUREMENT_FILE) for part in parts]
         except (OSError, ValueError, KeyError, TypeError) as err:
-            problem = f"{folder / MEASUREMENT_FILE}: unreadable ({type(err).__name__})"
+            problem = f"{folder}: a measurement.json is unreadable ({type(err).__name__})"
     on_dropped(problem)
     shutil.rmtree(folder, ignore_errors=True)
     return None
+
+
+def pair_key(baseline: str, candidate: dict) -> str:
+    """A candidate measured beside its baseline: the baseline's key (model, engine,
+    suites, load), what the candidate serves (artifact key, serving arguments, name) and
+    how many load rounds were run."""
+    return sha256_json({"baseline": baseline, "candidate": candidate, "format": 1})
+
+
+def cached_pair(key: str) -> Path:
+    return cache_root() / "results" / f"pair-{key[:24]}"
+
+
+def load_pair(folder: Path, on_dropped: Callable[[str], None] = lambda _p: None
+              ) -> tuple[Measurement, Measurement] | None:
+    """A cached (baseline, candidate) pair measured together: reused only together, so a
+    latency comparison is never made between sessions that were not measured side by side."""
+    found = _checked(folder, [folder / "baseline", folder / "candidate"], on_dropped)
+    return (found[0], found[1]) if found else None
+
+
+def store_pair(run_dir: Path, dest: Path) -> None:
+    cache_entry.store_together({role: run_dir / role for role in ("baseline", "candidate")},
+                               dest)
 
 
 def store_in_cache(src: Path, dest: Path) -> None:

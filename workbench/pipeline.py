@@ -18,8 +18,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from .compare import Evidence, compare_suite, decide, evaluate_gates
-from .config import DEFAULT_PRICE_PER_HOUR, RunConfig
+from .compare import compare_suite
+from .config import DEFAULT_PRICE_PER_HOUR, Candidate, RunConfig
 from .digests import folder_digest
 from .errors import InfraError, InputError
 from .evaluate.fidelity import compare_fidelity
@@ -33,9 +33,13 @@ from .measure import (
     Measurement,
     baseline_key,
     cached_measurement,
+    cached_pair,
     load_cached,
+    load_pair,
     measure,
+    pair_key,
     store_in_cache,
+    store_pair,
 )
 from .plots import LATENCY_PLOT, plot_latency_vs_throughput
 from .preflight import Outputs, Plan, check_candidates, plan, unreachable
@@ -43,17 +47,19 @@ from .quantize import QuantizeResult, quantize
 from .quantize.checks import serving_problem, unsupported_here
 from .record import (
     DecisionRecord,
+    gate_counts,
     host_facts,
-    policy_summary,
-    worst_first,
+    print_decision,
+    record_metrics,
     write_json,
     write_record,
 )
 from .regate import POLICY_FILE
 from .serve import detect_device
 from .tracking import Tracker, tracking_uri
+from .verdict import judge
 
-__all__ = ["log_run", "new_run_dir", "run_evaluate", "run_quantize"]
+__all__ = ["evaluate_planned", "log_run", "new_run_dir", "run_evaluate", "run_quantize"]
 
 
 @contextmanager
@@ -70,9 +76,13 @@ def stage(name: str, folder: Path) -> Iterator[None]:
         raise InfraError(f"{name}: cannot write {where}: {err.strerror or err}") from err
 
 
-def _quantize_stage(cfg: RunConfig, name: str, model_dir: Path, model_digest: str,
-                    run_dir: Path, console: Console) -> QuantizeResult:
-    cand = cfg.candidate(name)
+def _quantize_stage(p: Plan, run_dir: Path, console: Console) -> QuantizeResult:
+    return _quantize_one(p.cfg, p.candidate_name, p.candidate, p.model_dir, p.model_digest,
+                         run_dir, console)
+
+
+def _quantize_one(cfg: RunConfig, name: str, cand: Candidate, model_dir: Path,
+                  model_digest: str, run_dir: Path, console: Console) -> QuantizeResult:
     what = f"quantising {name} ({cand.recipe or cand.recipe_file or 'checkpoint'})"
     def progress(step: str) -> None:
         if step.startswith("cached artifact dropped"):  # worth a line that stays
@@ -80,7 +90,7 @@ def _quantize_stage(cfg: RunConfig, name: str, model_dir: Path, model_digest: st
         status.update(f"{what} {step}")
 
     with console.status(what) as status:
-        q = quantize(cfg, name, model_dir, model_digest, run_dir / "quantize.log",
+        q = quantize(cfg, name, cand, model_dir, model_digest, run_dir / "quantize.log",
                      on_progress=progress)
     console.print(f"[green]✓[/] quantise {name}: {_quantize_summary(q)}")
     write_json(run_dir / "quantize.json", q.to_dict())
@@ -200,71 +210,6 @@ def _paired_summaries(p: Plan, base: Measurement, cand: Measurement) -> dict:
     return out
 
 
-def _metrics(rec: DecisionRecord, base: Measurement, cand: Measurement) -> dict[str, float]:
-    out: dict[str, float] = {"decision_code": rec.exit_code}
-    for role, m in (("baseline", base), ("candidate", cand)):
-        for name, r in m.suites.items():
-            out.update({f"{role}.{name}.{k}": v for k, v in r.metrics.items()})
-            if r.kind == "fidelity":
-                continue
-            out[f"{role}.{name}.accuracy"] = r.accuracy
-            for s, info in r.slices.items():
-                out[f"{role}.{name}.{s}.accuracy"] = info["accuracy"]
-        for lv in m.load.levels:
-            prefix = f"{role}.{lv.key}"
-            out[f"{prefix}.output_throughput"] = lv.output_throughput
-            out[f"{prefix}.request_throughput"] = lv.request_throughput
-            out[f"{prefix}.error_rate"] = lv.error_rate
-            for stat in ("p50", "p95", "p99", "max"):
-                for metric in ("ttft", "tpot", "itl", "e2el"):
-                    out[f"{prefix}.{metric}_{stat}_ms"] = getattr(lv, f"{metric}_ms")[stat]
-        if m.load.generator:
-            out[f"{role}.generator.output_throughput"] = m.load.generator["output_throughput"]
-        out[f"{role}.cold_start_s"] = m.server.cold_start_s
-        out[f"{role}.first_token_s"] = m.server.first_token_s
-        stable = m.load.max_stable_level()
-        if stable is not None:
-            out[f"{role}.max_stable_level"] = m.load.levels.index(stable) + 1
-            if stable.concurrency is not None:
-                out[f"{role}.max_stable_concurrency"] = stable.concurrency
-        for lv in m.load.levels:
-            out.update({f"{role}.{lv.key}.{k}": float(v) for k, v in lv.slo.items()
-                        if k in ("goodput_rps", "attainment")})
-        out.update({f"{role}.headroom.{k}": float(v) for k, v in m.headroom.items()
-                    if isinstance(v, (int, float))})
-        for lv in m.load.levels:
-            for metric, stats in lv.server.get("latency", {}).items():
-                for stat in ("p50", "p99"):
-                    out[f"{role}.{lv.key}.server.{metric.removesuffix('_ms')}"
-                        f"_{stat}_ms"] = stats[stat]
-    out.update(_quantization_metrics(rec.quantization))
-    for role, c in rec.cost.items():
-        out.update({f"{role}.cost.{k}": float(v) for k, v in c.items()
-                    if k.startswith("usd_") and v is not None})
-    for name, f in rec.fidelity.items():
-        for k in ("kl_mean", "kl_p95", "top1_agreement"):
-            out[f"fidelity.{name}.{k}"] = f[k]
-        for k in ("identical_share", "prefix_agreement", "first_divergence_p50"):
-            if k in f.get("agreement", {}):
-                out[f"fidelity.{name}.{k}"] = f["agreement"][k]
-    for g in rec.gates:
-        if g.value is not None and g.gate.startswith("quality:"):
-            out[f"delta.{g.gate.removeprefix('quality:').replace('[', '.').rstrip(']')}"] = g.value
-    return out
-
-
-def _quantization_metrics(manifest: dict) -> dict[str, float]:
-    fid = manifest.get("fidelity") or {}
-    figures = {"quantize.size_mb": manifest.get("size_bytes", 0) / 1e6,
-               "quantize.compression_ratio": manifest.get("compression_ratio"),
-               "quantize.wall_time_s": manifest.get("wall_time_s"),
-               "quantize.peak_rss_mb": manifest.get("peak_rss_mb"),
-               "quantize.heldout_ppl_baseline": fid.get("baseline_perplexity"),
-               "quantize.heldout_ppl_candidate": fid.get("candidate_perplexity"),
-               "quantize.heldout_ppl_ratio": fid.get("perplexity_ratio")}
-    return {k: float(v) for k, v in figures.items() if v is not None}
-
-
 def fidelity_results(p: Plan, run_dir: Path) -> dict[str, dict]:
     """Token-level fidelity for every fidelity suite, from both runs' stored log-probs."""
     out = {}
@@ -288,21 +233,19 @@ def _plots(p: Plan, base: Measurement, cand: Measurement, run_dir: Path) -> dict
 
 
 def build_record(p: Plan, q: QuantizeResult, base: Measurement, cand: Measurement,
-                 run_dir: Path, device: str, reused: dict, tracker: Tracker) -> DecisionRecord:
+                 run_dir: Path, reused: dict, tracker: Tracker) -> DecisionRecord:
     fidelity = fidelity_results(p, run_dir)
-    evidence = Evidence(base.suites, cand.suites, base.load, cand.load, device, base.headroom,
-                        cand.headroom, fidelity,
-                        (run_dir / "baseline" / "load", run_dir / "candidate" / "load"))
-    outcomes = evaluate_gates(p.policy, evidence, p.cfg.seed)
+    report = judge(p.policy, p.cfg.resolve(p.cfg.gates), base, cand, fidelity, p.device,
+                   run_dir, p.cfg.seed)
     return DecisionRecord(
-        decision=decide(outcomes, p.policy.inconclusive_blocks),
-        policy=policy_summary(p.policy, p.cfg.resolve(p.cfg.gates), outcomes),
+        decision=report.decision,
+        policy=report.policy,
         candidate=p.candidate_name,
         model={"name": p.cfg.model.name, "path": str(p.model_dir),
                "digest": p.model_digest,
                "candidate_path": q.path},
-        device=host_facts(device),
-        gates=outcomes,
+        device=host_facts(p.device),
+        gates=report.gates,
         suites=_paired_summaries(p, base, cand),
         fidelity=fidelity,
         load={"baseline": base.load.to_dict(), "candidate": cand.load.to_dict()},
@@ -331,7 +274,8 @@ def build_record(p: Plan, q: QuantizeResult, base: Measurement, cand: Measuremen
         reused=reused,
         plots=_plots(p, base, cand, run_dir),
         mlflow={"tracking_uri": tracker.uri, "run_id": tracker.run_id,
-                "experiment_id": tracker.experiment_id},
+                "experiment_id": tracker.experiment_id,
+                **({"parent_run_id": tracker.parent.run_id} if tracker.parent else {})},
     )
 
 
@@ -350,7 +294,8 @@ def new_run_dir(root: Path, label: str) -> Path:
     raise InfraError(f"{root}: no free run folder name for {stamp}-{label}")
 
 
-def _tracker(cfg: RunConfig, candidate: str, device: str, console: Console) -> Tracker:
+def _tracker(cfg: RunConfig, candidate: str, device: str, console: Console,
+             parent: Tracker | None = None) -> Tracker:
     """The run's MLflow tracker; without MLflow when the config allows a server that does
     not answer (preflight refused it otherwise)."""
     enabled = cfg.tracking.required or unreachable(tracking_uri(cfg.tracking)) is None
@@ -362,19 +307,26 @@ def _tracker(cfg: RunConfig, candidate: str, device: str, console: Console) -> T
                    on_lost=lambda why: console.print(
                        f"[yellow]![/] MLflow lost ({escape(why)}): the run goes on and is "
                        "recorded locally; what was not logged is listed in decision.json"),
-                   enabled=enabled)
+                   enabled=enabled and (parent is None or parent.lost is None), parent=parent)
 
 
 def run_evaluate(cfg: RunConfig, candidate: str, runs_root: Path, console: Console,
-                 outputs: Outputs | None = None) -> DecisionRecord:
+                 outputs: Outputs | None = None, remeasure: bool = False) -> DecisionRecord:
     p = plan(cfg, candidate, outputs or Outputs(runs_dir=runs_root))
-    device = p.device
-    run_dir = new_run_dir(runs_root, candidate)
+    return evaluate_planned(p, new_run_dir(runs_root, candidate), console, remeasure)
+
+
+def evaluate_planned(p: Plan, run_dir: Path, console: Console, remeasure: bool = False,
+                     parent: Tracker | None = None) -> DecisionRecord:
+    """One candidate against its baseline, its inputs already checked (plan()): quantise,
+    measure the pair, judge, record. `sweep` calls this for each of its candidates, as a
+    child run of the sweep's MLflow run (parent)."""
+    cfg, candidate, device = p.cfg, p.candidate_name, p.device
     (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json")))
     shutil.copyfile(cfg.resolve(cfg.gates), run_dir / POLICY_FILE)  # for `workbench gate`
     console.print(f"run folder {run_dir} · device {device} · engine {p.engine_version}")
     started = time.perf_counter()
-    with _tracker(cfg, candidate, device, console) as tracker:
+    with _tracker(cfg, candidate, device, console, parent) as tracker:
         tracker.log_params({"candidate": candidate, "recipe": p.candidate.model_dump_json(),
                             "model_path": str(p.model_dir), "device": device,
                             "engine": p.engine_version, "engine_config":
@@ -384,20 +336,16 @@ def run_evaluate(cfg: RunConfig, candidate: str, runs_root: Path, console: Conso
                             "gates": str(cfg.resolve(cfg.gates)), "run_dir": str(run_dir)})
         try:
             with stage("quantise", run_dir):
-                q = _quantize_stage(cfg, candidate, p.model_dir, p.model_digest, run_dir,
-                                    console)
+                q = _quantize_stage(p, run_dir, console)
             if p.candidate.recipe_file is not None:  # its format is known only now
                 unsupported = serving_problem(cfg, candidate, device, Path(q.path))
                 if unsupported:
                     raise InputError(unsupported)
             with stage("measure", run_dir):
-                base, base_hit = _baseline_stage(p, run_dir, device, console)
-                cand = _candidate_stage(p, q, run_dir, device, console)
-                base, cand = _later_rounds(p, q, base, cand, run_dir, device, console)
+                base, cand, reused = _measure_pair(p, q, run_dir, console, remeasure)
             with stage("record", run_dir):
-                rec = build_record(p, q, base, cand, run_dir, device,
-                                   {"quantized_artifact": q.cache_hit,
-                                    "baseline_results": base_hit}, tracker)
+                rec = build_record(p, q, base, cand, run_dir,
+                                   {"quantized_artifact": q.cache_hit, **reused}, tracker)
                 write_record(run_dir, rec)
                 write_json(run_dir / "timing.json",
                            {"wall_time_s": round(time.perf_counter() - started, 2)})
@@ -405,12 +353,44 @@ def run_evaluate(cfg: RunConfig, candidate: str, runs_root: Path, console: Conso
                     q.path)
         finally:
             tracker.log_artifacts(run_dir)  # partial results too, when a stage failed
-    rec.mlflow.update(tracker.status())
+    rec.mlflow.update(tracker.status())  # type: ignore[typeddict-item]
     write_record(run_dir, rec)
-    show_decision(rec, console)
+    print_decision(rec, console)
     console.print(f"decision record: {run_dir / 'decision.json'} · MLflow "
                   f"{_tracking_line(tracker, run_dir)} · {time.perf_counter() - started:.0f}s")
     return rec
+
+
+def _measure_pair(p: Plan, q: QuantizeResult, run_dir: Path, console: Console,
+                  remeasure: bool) -> tuple[Measurement, Measurement, dict[str, bool]]:
+    """Baseline and candidate, measured together. A pair measured before with nothing
+    changed comes from the cache whole (suites, load rounds, headroom of both): latency is
+    still compared only between sessions that ran side by side."""
+    key = pair_key(baseline_key(p.cfg, p.model_digest, p.suites, p.device, p.engine_version,
+                                p.requests), _what_the_candidate_serves(p, q))
+    folder = cached_pair(key)
+    if remeasure:
+        shutil.rmtree(folder, ignore_errors=True)
+    else:
+        hit = load_pair(folder, lambda why: console.print(
+            f"[yellow]![/] cached measurement dropped, measuring again: {escape(why)}"))
+        if hit is not None:
+            for role in ("baseline", "candidate"):
+                shutil.copytree(folder / role, run_dir / role, dirs_exist_ok=True)
+            console.print(f"[green]✓[/] baseline and {p.candidate_name}: reused the pair "
+                          f"measured together ({folder}); --remeasure measures them again")
+            return hit[0], hit[1], {"baseline_results": True, "measurement_pair": True}
+    base, base_hit = _baseline_stage(p, run_dir, p.device, console)
+    cand = _candidate_stage(p, q, run_dir, p.device, console)
+    base, cand = _later_rounds(p, q, base, cand, run_dir, p.device, console)
+    store_pair(run_dir, folder)
+    return base, cand, {"baseline_results": base_hit, "measurement_pair": False}
+
+
+def _what_the_candidate_serves(p: Plan, q: QuantizeResult) -> dict:
+    return {"candidate": p.candidate.model_dump(mode="json"), "artifact": q.key,
+            "source": q.source, "serve_args": q.serve_args,
+            "served_name": _served_name(p, "candidate"), "rounds": p.cfg.load.rounds}
 
 
 def _tracking_line(tracker: Tracker, run_dir: Path) -> str:
@@ -425,18 +405,20 @@ def log_run(tracker: Tracker, rec: DecisionRecord, base: Measurement, cand: Meas
     """Everything a finished run sends to MLflow: metrics, tags, suites, a nested run per
     model with its load curves, the registered candidate. Also what `workbench log` sends
     for a run whose server was lost."""
-    metrics = _metrics(rec, base, cand)
+    metrics = record_metrics(rec)
+    for role, m in (("baseline", base), ("candidate", cand)):
+        metrics.update({f"{role}.{k}": v for k, v in m.metrics().items()})
     tracker.log_metrics(metrics)
-    tracker.set_tags({"decision": rec.decision, "gates": _gate_counts(rec)})
+    tracker.set_tags({"decision": rec.decision, "gates": gate_counts(rec)})
     tracker.log_suites(suites)
     for role, m in (("baseline", base), ("candidate", cand)):
         with tracker.nested(role, {"role": role, "model_path": m.server.model_path}):
             tracker.log_metrics({k.removeprefix(f"{role}."): v for k, v in
                                  metrics.items() if k.startswith(f"{role}.")})
-            tracker.log_series(_level_series(m.load))
+            tracker.log_series(m.load.series())
     registry = tracker.register_candidate(
         rec.model["name"], Path(candidate_path).resolve().as_uri(), rec.decision,
-        {"candidate": rec.candidate, "gates": _gate_counts(rec), "run_dir": rec.run_dir})
+        {"candidate": rec.candidate, "gates": gate_counts(rec), "run_dir": rec.run_dir})
     if registry:
         rec.mlflow["registry"] = registry
 
@@ -479,25 +461,6 @@ def log_stored_run(run_dir: Path, console: Console) -> None:
     console.print(f"logged {run_dir} to MLflow run {tracker.run_id} ({tracker.uri})")
 
 
-def _gate_counts(rec: DecisionRecord) -> str:
-    counts = {s: sum(g.status == s for g in rec.gates)
-              for s in ("pass", "fail", "inconclusive", "not_applicable")}
-    return ", ".join(f"{n} {s}" for s, n in counts.items() if n)
-
-
-def _level_series(load: LoadResult) -> dict[str, list[float]]:
-    """Load figures with one step per level (lightest first): curves in the MLflow UI."""
-    series: dict[str, list[float]] = {"load.output_throughput": [], "load.request_throughput": []}
-    for lv in load.levels:
-        series["load.output_throughput"].append(lv.output_throughput)
-        series["load.request_throughput"].append(lv.request_throughput)
-        for metric in ("ttft", "tpot", "e2el"):
-            for stat in ("p50", "p99"):
-                series.setdefault(f"load.{metric}_{stat}_ms", []).append(
-                    getattr(lv, f"{metric}_ms")[stat])
-    return series
-
-
 def _quantize_summary(q: QuantizeResult) -> str:
     m = q.manifest
     text = {"cache": f"reused cached artifact {q.path}",
@@ -525,7 +488,8 @@ def run_quantize(cfg: RunConfig, candidates: list[str], runs_root: Path,
     for name in candidates:
         sub = run_dir / name if len(candidates) > 1 else run_dir
         sub.mkdir(exist_ok=True)
-        results.append(_quantize_stage(cfg, name, model_dir, digest, sub, console))
+        results.append(_quantize_one(cfg, name, cfg.candidate(name), model_dir, digest, sub,
+                                     console))
     write_json(run_dir / "quantize-summary.json", [q.to_dict() for q in results])
     if len(results) == 1:
         console.print_json(json.dumps(results[0].manifest, default=str))
@@ -549,18 +513,4 @@ def show_quantize_table(cfg: RunConfig, results: list[QuantizeResult], device: s
                       ppl, f"{m['wall_time_s']:.0f}" if "wall_time_s" in m else "-",
                       "[green]yes[/]" if problem is None else
                       "[yellow]unsupported[/]: " + escape(problem))
-    console.print(table)
-
-
-_STYLE = {"pass": "green", "fail": "red", "inconclusive": "yellow", "not_applicable": "dim"}
-
-
-def show_decision(rec: DecisionRecord, console: Console) -> None:
-    table = Table(title=f"{rec.candidate} vs baseline — decision: {rec.decision.upper()}")
-    table.add_column("gate")
-    table.add_column("result")
-    table.add_column("evidence", overflow="fold")
-    for g in worst_first(rec.gates):
-        # escape: slice gates are named like "quality:suite[slice]", which is rich markup
-        table.add_row(escape(g.gate), f"[{_STYLE[g.status]}]{g.status}[/]", escape(g.detail))
     console.print(table)

@@ -12,6 +12,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
 from typing_extensions import TypedDict
 
 from .compare import GateOutcome
@@ -31,8 +34,9 @@ from .sections import (
     SuitePair,
 )
 
-__all__ = ["SCHEMA_VERSION", "DecisionRecord", "policy_summary", "render_markdown",
-           "render_summary", "write_json", "write_junit", "write_record"]
+__all__ = ["SCHEMA_VERSION", "DecisionRecord", "gate_counts", "policy_summary", "print_decision",
+           "record_metrics", "render_markdown", "render_summary", "write_json", "write_junit",
+           "write_record"]
 
 SCHEMA_VERSION = 3  # 3: every section typed below the top level; 2: policy, plots, kernels
 
@@ -94,7 +98,8 @@ def worst_first(gates: list[GateOutcome]) -> list[GateOutcome]:
     return sorted(gates, key=lambda g: _SEVERITY[g.status])
 
 
-def policy_summary(policy: GatePolicy, path: Path, outcomes: list[GateOutcome]) -> dict:
+def policy_summary(policy: GatePolicy, path: Path, outcomes: list[GateOutcome]
+                   ) -> PolicySection:
     """Which policy judged the run, and what running many tests means for a false reject."""
     paired = [o for o in outcomes if "mcnemar_p" in o.evidence]
     alpha = (1 - policy.confidence) / 2
@@ -481,6 +486,59 @@ def write_junit(rec: DecisionRecord, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     ET.ElementTree(suite).write(path, encoding="utf-8", xml_declaration=True)
     return path
+
+
+def record_metrics(rec: DecisionRecord) -> dict[str, float]:
+    """The record's own figures flattened for MLflow: the decision, the artifact, cost,
+    token-level fidelity and each quality delta (the models' measurements add theirs)."""
+    out: dict[str, float] = {"decision_code": rec.exit_code}
+    out.update(quantization_metrics(rec.quantization))
+    for role, c in rec.cost.items():
+        out.update({f"{role}.cost.{k}": float(v) for k, v in c.items()
+                    if k.startswith("usd_") and v is not None})
+    for name, f in rec.fidelity.items():
+        for k in ("kl_mean", "kl_p95", "top1_agreement"):
+            out[f"fidelity.{name}.{k}"] = f[k]
+        for k in ("identical_share", "prefix_agreement", "first_divergence_p50"):
+            if k in f.get("agreement", {}):
+                out[f"fidelity.{name}.{k}"] = f["agreement"][k]
+    for g in rec.gates:
+        if g.value is not None and g.gate.startswith("quality:"):
+            out[f"delta.{g.gate.removeprefix('quality:').replace('[', '.').rstrip(']')}"] = g.value
+    return out
+
+
+def quantization_metrics(manifest: QuantizationSection | dict) -> dict[str, float]:
+    fid = manifest.get("fidelity") or {}
+    figures = {"quantize.size_mb": manifest.get("size_bytes", 0) / 1e6,
+               "quantize.compression_ratio": manifest.get("compression_ratio"),
+               "quantize.wall_time_s": manifest.get("wall_time_s"),
+               "quantize.peak_rss_mb": manifest.get("peak_rss_mb"),
+               "quantize.heldout_ppl_baseline": fid.get("baseline_perplexity"),
+               "quantize.heldout_ppl_candidate": fid.get("candidate_perplexity"),
+               "quantize.heldout_ppl_ratio": fid.get("perplexity_ratio")}
+    return {k: float(v) for k, v in figures.items() if v is not None}
+
+
+def gate_counts(rec: DecisionRecord) -> str:
+    """"20 pass, 8 fail, 1 inconclusive": a tag, a summary line."""
+    counts = {s: sum(g.status == s for g in rec.gates)
+              for s in ("pass", "fail", "inconclusive", "not_applicable")}
+    return ", ".join(f"{n} {s}" for s, n in counts.items() if n)
+
+
+_STYLE = {"pass": "green", "fail": "red", "inconclusive": "yellow", "not_applicable": "dim"}
+
+
+def print_decision(rec: DecisionRecord, console: Console) -> None:
+    table = Table(title=f"{rec.candidate} vs baseline — decision: {rec.decision.upper()}")
+    table.add_column("gate")
+    table.add_column("result")
+    table.add_column("evidence", overflow="fold")
+    for g in worst_first(rec.gates):
+        # escape: slice gates are named like "quality:suite[slice]", which is rich markup
+        table.add_row(escape(g.gate), f"[{_STYLE[g.status]}]{g.status}[/]", escape(g.detail))
+    console.print(table)
 
 
 def write_record(run_dir: Path, rec: DecisionRecord) -> tuple[Path, Path]:

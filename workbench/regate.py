@@ -14,12 +14,13 @@ from pathlib import Path
 
 from pydantic import TypeAdapter, ValidationError
 
-from .compare import Evidence, GateOutcome, decide, evaluate_gates
+from .compare import GateOutcome
 from .errors import InputError
 from .files import read_json
 from .gates import GatePolicy, load_gate_policy
 from .measure import MEASUREMENT_FILE, Measurement
-from .record import DecisionRecord, policy_summary
+from .record import DecisionRecord
+from .verdict import judge
 
 __all__ = ["POLICY_FILE", "load_record", "regate", "regate_stored", "stored_measurement"]
 
@@ -81,18 +82,6 @@ def stored_measurement(run_dir: Path, role: str) -> Measurement | None:
     return Measurement.from_dict(data)
 
 
-def stored_evidence(run_dir: Path, rec: DecisionRecord) -> Evidence:
-    base, cand = stored_measurement(run_dir, "baseline"), stored_measurement(run_dir,
-                                                                             "candidate")
-    return Evidence(
-        base_suites=base.suites if base else {}, cand_suites=cand.suites if cand else {},
-        base_load=base.load if base else None, cand_load=cand.load if cand else None,
-        device=rec.device.get("kind", "cpu"),
-        base_headroom=base.headroom if base else {}, cand_headroom=cand.headroom if cand else {},
-        fidelity=rec.fidelity,
-        raw_dirs=(run_dir / "baseline" / "load", run_dir / "candidate" / "load"))
-
-
 def regate(run_dir: Path, policy_path: Path | None = None) -> tuple[DecisionRecord, GatePolicy]:
     """The run's record with its gates and decision judged anew under the policy (the
     run's own stored policy when none is given)."""
@@ -101,10 +90,10 @@ def regate(run_dir: Path, policy_path: Path | None = None) -> tuple[DecisionReco
     if not path.is_file():
         raise InputError(f"{path}: no gate policy (the run folder keeps none; pass --policy)")
     policy = load_gate_policy(path)
-    outcomes = evaluate_gates(policy, stored_evidence(run_dir, rec), int(rec.seeds.get("run", 0)))
-    rec.gates = outcomes
-    rec.decision = decide(outcomes, policy.inconclusive_blocks)
-    rec.policy = policy_summary(policy, path, outcomes)
+    report = judge(policy, path, stored_measurement(run_dir, "baseline"),
+                   stored_measurement(run_dir, "candidate"), rec.fidelity,
+                   rec.device.get("kind", "cpu"), run_dir, int(rec.seeds.get("run", 0)))
+    rec.gates, rec.decision, rec.policy = report.gates, report.decision, report.policy
     return rec, policy
 
 

@@ -72,7 +72,7 @@ class Tracker:
 
     def __init__(self, cfg: TrackingConfig, run_name: str, tags: dict[str, str],
                  on_lost: Callable[[str], None] = lambda _reason: None,
-                 enabled: bool = True) -> None:
+                 enabled: bool = True, parent: Tracker | None = None) -> None:
         self.cfg = cfg
         self.run_name = run_name
         self.tags = tags
@@ -84,6 +84,7 @@ class Tracker:
                                                       "false and the server did not answer)"
         self.skipped: list[str] = []
         self.marked_stale: list[str] = []
+        self.parent = parent  # a sweep's run: this one is its child
 
     def status(self) -> dict[str, object]:
         """What the record says of MLflow: complete, or what was not logged and why."""
@@ -116,8 +117,9 @@ class Tracker:
         else:
             self.experiment_id = exp.experiment_id
         owner = {"workbench.host": socket.gethostname(), "workbench.pid": str(os.getpid())}
+        # a child starts while its parent's run is the active one: nested under it
         run = mlflow.start_run(experiment_id=self.experiment_id, run_name=self.run_name,
-                               tags={**self.tags, **owner})
+                               tags={**self.tags, **owner}, nested=self.parent is not None)
         self.run_id = run.info.run_id
 
     @_tolerant

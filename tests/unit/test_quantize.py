@@ -128,7 +128,8 @@ def test_baseline_weights_candidate_needs_no_quantiser(tmp_path: Path) -> None:
     cfg_file = tmp_path / "c.yaml"
     cfg_file.write_text((REPO / "configs" / "default.yaml").read_text())
     cfg = load_config(cfg_file)
-    q = quantize(cfg, "kv-fp8-dynamic", model, "digest", tmp_path / "q.log")
+    q = quantize(cfg, "kv-fp8-dynamic", cfg.candidate("kv-fp8-dynamic"), model, "digest",
+                 tmp_path / "q.log")
     assert q.source == "baseline weights" and q.path == str(model)
     assert q.serve_args == ["--kv-cache-dtype", "fp8"]
     assert q.format == format_of_checkpoint(model, ["--kv-cache-dtype", "fp8"])

@@ -72,12 +72,12 @@ def test_nothing_reused_says_nothing(tmp_path: Path) -> None:
 def test_console_table_keeps_slice_names(tmp_path: Path) -> None:
     from rich.console import Console
 
-    from workbench.pipeline import show_decision
+    from workbench.record import print_decision
 
     rec = record("reject")
     rec.gates = [GateOutcome("quality:arithmetic[one-digit]", "fail", "delta [-0.6, -0.3]")]
     console = Console(record=True, width=200)
-    show_decision(rec, console)
+    print_decision(rec, console)
     text = console.export_text()
     assert "quality:arithmetic[one-digit]" in text and "[-0.6, -0.3]" in text
 

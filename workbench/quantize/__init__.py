@@ -225,11 +225,11 @@ def _kv_and_ignore(path: Path) -> dict:
     return {"kv_cache_scheme": qc.get("kv_cache_scheme"), "ignore": qc.get("ignore", [])}
 
 
-def quantize(cfg: RunConfig, name: str, model_dir: Path, model_digest: str,
+def quantize(cfg: RunConfig, name: str, cand: Candidate, model_dir: Path, model_digest: str,
              log_file: Path, on_progress: Callable[[str], None] = lambda _s: None
              ) -> QuantizeResult:
-    """Return the candidate's checkpoint, building it only on a cache miss."""
-    cand = cfg.candidate(name)
+    """Return the candidate's checkpoint (cand: the config's entry `name`, resolved by
+    the caller's checks), building it only on a cache miss."""
     if cand.checkpoint is not None or cand.recipe == "none":
         return _passthrough(cfg, name, cand, model_dir)
 
