@@ -227,6 +227,40 @@ def quantize(config_path: str, candidates: tuple[str, ...], all_candidates: bool
 
 @main.command()
 @config_option
+@click.option("--candidate", "candidates", multiple=True,
+              help="Candidate name from the config's 'candidates' (repeatable).")
+@click.option("--all", "all_candidates", is_flag=True, help="Every candidate in the config.")
+@click.option("--include-slow", is_flag=True,
+              help="Also measure candidates this device runs only by slow emulation (FP8 "
+                   "weights on a CPU), which are otherwise skipped with their estimated time.")
+@remeasure_option
+@runs_option
+@debug_option
+@handle_errors
+def sweep(config_path: str, candidates: tuple[str, ...], all_candidates: bool,
+          include_slow: bool, remeasure: bool, runs_dir: Path) -> int:
+    """Which candidate to ship: every candidate against one baseline.
+
+    Each candidate runs through evaluate's stages into runs/<sweep>/<candidate>/ with its
+    own decision record; then sweep.json, sweep.md and a Pareto plot (quality retained
+    against the policy's sweep.objective) and a recommendation: the best promoted
+    candidate. Cached measurements are reused, so an interrupted sweep run again measures
+    only what is missing. Exit 0 with a recommendation, 1 when none was promoted, 3 when a
+    candidate's measurement failed.
+    """
+    from .serve import install_sigterm_as_interrupt
+    from .sweep import run_sweep
+
+    if all_candidates == bool(candidates):
+        raise InputError("give --candidate NAME (repeatable) or --all")
+    install_sigterm_as_interrupt()
+    cfg = load_config(_config_path(config_path))
+    names = list(cfg.candidates) if all_candidates else list(dict.fromkeys(candidates))
+    return run_sweep(cfg, names, runs_dir, console, include_slow, remeasure).exit_code
+
+
+@main.command()
+@config_option
 @click.option("--candidate", default=None,
               help="Serve this candidate (quantising it first if needed); default: the baseline.")
 @runs_option

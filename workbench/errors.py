@@ -6,10 +6,12 @@ Exit codes are the CI contract (DESIGN.md): 0 promote, 1 reject/inconclusive,
 
 from __future__ import annotations
 
-__all__ = ["EXIT_PROMOTE", "EXIT_REJECT", "InfraError", "InputError", "WorkbenchError"]
+__all__ = ["EXIT_INFRA", "EXIT_PROMOTE", "EXIT_REJECT", "InfraError", "InputError",
+           "WorkbenchError"]
 
 EXIT_PROMOTE = 0
 EXIT_REJECT = 1
+EXIT_INFRA = 3
 
 
 class WorkbenchError(Exception):

