@@ -221,14 +221,16 @@ def test_sigkill_during_quantisation_then_corrupted_caches_then_two_runs_at_once
     artifact = Path(record["model"]["candidate_path"])
     weights = next(artifact.glob("*.safetensors"))
     weights.write_bytes(weights.read_bytes()[:1000])
-    cached = next((cache_root() / "results").glob("baseline-*"))
-    measurement = cached / "measurement.json"
-    measurement.write_text(measurement.read_text()[:500])
+    for entry in ("baseline-*", "pair-*"):  # the baseline's suites; the pair measured together
+        cached = next((cache_root() / "results").glob(entry))
+        measurement = next(cached.rglob("measurement.json"))
+        measurement.write_text(measurement.read_text()[:500])
     both = [start(cfg, "int4", tmp_path), start(cfg, "int4", tmp_path)]
     results = [finish(p) for p in both]
     assert [r[0] for r in results] == [code, code], results
     said = "".join(r[1] for r in results)
     assert "cached artifact dropped" in said and "cached baseline results dropped" in said
+    assert "cached measurement dropped" in said
     assert all("quantise int4: built in" in r[1] or "reused cached artifact" in r[1]
                for r in results)
     folders = sorted((tmp_path / "runs").glob("*-int4*"))
@@ -237,7 +239,7 @@ def test_sigkill_during_quantisation_then_corrupted_caches_then_two_runs_at_once
             for f in folders[1:]} == {decision}
     from workbench.cache_entry import check
 
-    assert all(check(entry) is None for entry in (cache_root() / "results").glob("baseline-*"))
+    assert all(check(entry) is None for entry in (cache_root() / "results").glob("*-*"))
     no_process_left(ENGINE, "workbench/quantize/worker.py")
 
 

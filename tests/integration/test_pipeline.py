@@ -161,16 +161,22 @@ def test_quantise_serve_evaluate_gate_record(tiny_config: Path, tmp_path: Path, 
     artifacts = {a.path for a in mlflow.MlflowClient().list_artifacts(runs[0].info.run_id)}
     assert "decision.json" in artifacts
 
-    # second run: the artifact and the baseline come from the caches
+    # second run, nothing changed: the artifact and the pair measured together come from
+    # the caches; no engine starts, and the record is the same record
     second = workbench("evaluate", "--candidate", "int4", "--config", str(tiny_config),
                        "--runs-dir", "runs2",
                        cwd=tmp_path)
     assert second.returncode == first.returncode, second.stdout + second.stderr
     assert "reused cached artifact" in second.stdout
-    assert "baseline: reused cached results" in second.stdout
+    assert "baseline and int4: reused the pair measured together" in second.stdout
+    assert "engine healthy" not in second.stdout
     again = json.loads(next((tmp_path / "runs2").glob("*-int4/decision.json")).read_text())
-    assert again["reused"] == {"quantized_artifact": True, "baseline_results": True}
-    assert again["suites"]["arithmetic"]["baseline"] == record["suites"]["arithmetic"]["baseline"]
+    assert again["reused"] == {"quantized_artifact": True, "baseline_results": True,
+                               "measurement_pair": True}
+    for section in ("suites", "gates", "load", "headroom", "fidelity", "decision"):
+        # as text: a NaN (an interval over one item) is not equal to itself
+        assert json.dumps(again[section], sort_keys=True) == json.dumps(record[section],
+                                                                         sort_keys=True)
     assert engine_pids("vllm.entrypoints.openai.api_server") == []
     check_regate(record_file.parent, tmp_path, workbench)
     check_mlflow_ui(tmp_path, again)

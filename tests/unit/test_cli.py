@@ -167,3 +167,34 @@ def test_a_gate_naming_a_suite_the_config_does_not_run_exits_2(tmp_path: Path) -
     result = run("validate", "--config", str(cfg))
     assert result.exit_code == 2
     assert "safety gate names suite 'harmbench', which the config does not run" in result.output
+
+
+def test_sweep_needs_candidates_and_refuses_an_unknown_one_before_any_work(
+        tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    assert run("sweep", "--config", str(DEFAULT), "--runs-dir", str(runs)).exit_code == 2
+    result = run("sweep", "--config", str(DEFAULT), "--candidate", "int4", "--candidate",
+                 "nope", "--runs-dir", str(runs))
+    assert result.exit_code == 2 and "unknown candidate 'nope'" in result.output
+    assert not runs.exists()
+
+
+def test_sweep_sets_aside_what_this_device_cannot_serve_or_serves_only_by_emulation(
+        tmp_path: Path) -> None:
+    from workbench.config import load_config
+    from workbench.preflight import Outputs
+    from workbench.sweep import choose
+
+    cfg = load_config(DEFAULT)
+    chosen = choose(cfg, list(cfg.candidates), Outputs(runs_dir=tmp_path / "runs"), "cpu",
+                    include_slow=False)
+    assert [p.candidate_name for p in chosen.plans] == ["int4", "int8", "kv-fp8",
+                                                        "kv-fp8-dynamic"]
+    skipped = {r.candidate: r.reason for r in chosen.skipped}
+    assert set(skipped) == {"int8-wo", "fp8", "fp8+kv-fp8"}
+    assert "CPUWNA16" in skipped["int8-wo"]
+    assert "emulated on cpu (about 1.5 output tokens/s)" in skipped["fp8"]
+    assert "--include-slow" in skipped["fp8"] and " h;" in skipped["fp8"]
+    assert not (tmp_path / "runs").exists()
+    slow = choose(cfg, ["fp8"], Outputs(runs_dir=tmp_path / "runs"), "cpu", include_slow=True)
+    assert [p.candidate_name for p in slow.plans] == ["fp8"]

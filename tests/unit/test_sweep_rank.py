@@ -1,0 +1,122 @@
+"""The sweep's ranking: the front, the dominated, the recommendation and its reasons, and
+the sweep record's published schema. Rows are built by hand: only the ranking is tested."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from workbench.sweep import (
+    Recommendation,
+    SweepRecord,
+    SweepRow,
+    rank,
+    render_sweep,
+    row_of,
+    write_sweep,
+)
+
+
+def row(name: str, decision: str, quality: float | None, efficiency: float | None,
+        failing: tuple[str, ...] = ()) -> SweepRow:
+    return SweepRow(name, "decided", decision=decision, quality=quality,  # type: ignore[arg-type]
+                    efficiency=efficiency, failing_gates=list(failing))
+
+
+def test_a_cheap_broken_candidate_is_never_on_the_front_nor_recommended() -> None:
+    rows = [row("int4", "promote", -0.02, 0.30), row("int8", "promote", -0.01, 0.40),
+            row("broken", "reject", -0.90, 0.05, ("fidelity:heldout-text:kl_mean",))]
+    front, rec = rank(rows, "cost")
+    assert front == ["int4", "int8"]  # a trade-off: int4 cheaper, int8 better quality
+    assert rec.candidate == "int4" and rec.runner_up == "int8"
+    assert rec.others["broken"] == "rejected: fidelity:heldout-text:kl_mean"
+    assert rec.others["int8"].startswith("promoted, but $ per million output tokens")
+    assert not rows[2].on_front and rows[2].dominated_by == []
+
+
+def test_dominated_candidates_are_marked_with_who_dominates_them() -> None:
+    rows = [row("a", "promote", 0.0, 0.2), row("b", "promote", -0.1, 0.3),
+            row("c", "inconclusive", 0.0, 0.25)]
+    front, rec = rank(rows, "cost")
+    assert front == ["a"]
+    assert rows[1].dominated_by == ["a", "c"] and rows[2].dominated_by == ["a"]
+    assert rec.candidate == "a" and rec.runner_up == "b"
+    assert "dominated by a, c" in rec.others["b"]
+
+
+def test_higher_is_better_objectives_rank_the_other_way() -> None:
+    rows = [row("slow", "promote", 0.0, 100.0), row("fast", "promote", 0.0, 250.0)]
+    front, rec = rank(rows, "throughput")
+    assert front == ["fast"] and rec.candidate == "fast"
+    assert rows[0].dominated_by == ["fast"]
+
+
+def test_without_a_promoted_candidate_nothing_is_recommended_and_each_failure_named() -> None:
+    rows = [row("int4", "reject", -0.3, 0.2, ("quality:arithmetic",)),
+            row("kv", "inconclusive", -0.05, 0.3),
+            SweepRow("fp8", "skipped", "W8A8 is emulated on cpu")]
+    rows[1].inconclusive_gates = ["quality:boolq"]
+    front, rec = rank(rows, "cost")
+    assert rec.candidate is None and rec.runner_up is None
+    assert front == ["kv"]  # inconclusive is on the front, never recommended
+    assert rec.others == {"int4": "rejected: quality:arithmetic",
+                          "kv": "inconclusive: quality:boolq",
+                          "fp8": "skipped: W8A8 is emulated on cpu"}
+    assert "no candidate was promoted" in rec.reason
+
+
+def test_a_promoted_candidate_without_a_figure_is_off_the_front() -> None:
+    rows = [row("int4", "promote", -0.01, None), row("int8", "promote", -0.02, 0.5)]
+    front, rec = rank(rows, "cost")
+    assert front == ["int8"] and rec.candidate == "int8"
+    assert "no level met the SLO" in rec.others["int4"]
+
+
+def test_a_row_reads_its_figures_from_the_decision_record() -> None:
+    from test_record import record
+
+    rec = record("promote")
+    rec.fidelity = {"heldout-text": {"kl_mean": 0.01, "top1_agreement": 0.97}}
+    rec.gates[0].evidence.update(ci_low=-0.04)
+    rec.suites["arithmetic"]["comparison"] = {"(all)": {
+        "delta": -0.01, "ci_low": -0.04, "ci_high": 0.02}}
+    r = row_of(rec, "cost", "worst_lower_bound", 12.0, True)
+    assert r.quality == pytest.approx(-0.04) and r.efficiency == pytest.approx(5.56)
+    assert r.deltas["arithmetic"].ci_high == 0.02 and r.kl_mean == 0.01
+    assert r.slo_level == "c1" and r.kv_capacity_ratio == 1.0 and r.throughput_ratio == 1.0
+    assert row_of(rec, "cost", "top1_agreement", 12.0, True).quality == 0.97
+    assert row_of(rec, "kv_capacity", "top1_agreement", None, False).efficiency == 4096
+
+
+def test_the_sweep_record_matches_its_published_schema(tmp_path: Path) -> None:
+    import jsonschema
+
+    from workbench.schemas.sweep import SCHEMA_FILE, sweep_schema, validate_sweep
+
+    # `python -m workbench.schemas.sweep` rewrites the file when the types change
+    assert json.loads(SCHEMA_FILE.read_text()) == sweep_schema()
+    rows = [row("int4", "promote", -0.02, 0.3), row("broken", "reject", -0.9, 0.1, ("g",)),
+            SweepRow("fp8", "skipped", "emulated")]
+    front, recommendation = rank(rows, "cost")
+    record = SweepRecord("m", "cpu", "gates.yaml", "cost", "worst_lower_bound", "words",
+                         {"cost": 0.5}, rows, front, recommendation, str(tmp_path), "now")
+    write_sweep(tmp_path, record)
+    data = json.loads((tmp_path / "sweep.json").read_text())
+    validate_sweep(data)
+    assert data["exit_code"] == 0 and (tmp_path / "pareto.png").is_file()
+    assert "**Recommended: `int4`**" in (tmp_path / "sweep.md").read_text()
+    data["rows"][0]["decision"] = "maybe"
+    with pytest.raises(jsonschema.ValidationError):
+        validate_sweep(data)
+
+
+def test_exit_codes_say_recommended_none_or_failed() -> None:
+    none = Recommendation(None, None, "no candidate was promoted")
+    record = SweepRecord("m", "cpu", "p", "cost", "worst_lower_bound", "w", {}, [], [], none,
+                         "d", "now")
+    assert record.exit_code == 1
+    record.rows = [SweepRow("int4", "failed", "engine died")]
+    assert record.exit_code == 3
+    assert "| int4 | failed | engine died |" in render_sweep(record)
