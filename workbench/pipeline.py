@@ -59,7 +59,8 @@ from .serve import detect_device
 from .tracking import Tracker, tracking_uri
 from .verdict import judge
 
-__all__ = ["evaluate_planned", "log_run", "new_run_dir", "run_evaluate", "run_quantize"]
+__all__ = ["evaluate_planned", "log_run", "new_run_dir", "run_evaluate", "run_quantize",
+           "tracker_for"]
 
 
 @contextmanager
@@ -294,20 +295,24 @@ def new_run_dir(root: Path, label: str) -> Path:
     raise InfraError(f"{root}: no free run folder name for {stamp}-{label}")
 
 
-def _tracker(cfg: RunConfig, candidate: str, device: str, console: Console,
-             parent: Tracker | None = None) -> Tracker:
-    """The run's MLflow tracker; without MLflow when the config allows a server that does
-    not answer (preflight refused it otherwise)."""
-    enabled = cfg.tracking.required or unreachable(tracking_uri(cfg.tracking)) is None
-    if not enabled:
-        console.print(f"[yellow]![/] tracking server {tracking_uri(cfg.tracking)} does not "
-                      "answer; running without MLflow (tracking.required: false)")
-    return Tracker(cfg.tracking, f"{cfg.model.name}:{candidate}",
-                   {"candidate": candidate, "model": cfg.model.name, "device": device},
+def tracker_for(cfg: RunConfig, label: str, tags: dict[str, str], console: Console,
+                parent: Tracker | None = None) -> Tracker:
+    """A run's MLflow tracker (named <model>:<label>); without MLflow when the config allows
+    a server that does not answer (preflight refused it otherwise), or when the parent's
+    server was lost."""
+    if parent is None:
+        enabled = cfg.tracking.required or unreachable(tracking_uri(cfg.tracking)) is None
+        if not enabled:
+            console.print(f"[yellow]![/] tracking server {tracking_uri(cfg.tracking)} does "
+                          "not answer; running without MLflow (tracking.required: false)")
+    else:
+        enabled = parent.lost is None
+    return Tracker(cfg.tracking, f"{cfg.model.name}:{label}",
+                   {"model": cfg.model.name, **tags},
                    on_lost=lambda why: console.print(
                        f"[yellow]![/] MLflow lost ({escape(why)}): the run goes on and is "
                        "recorded locally; what was not logged is listed in decision.json"),
-                   enabled=enabled and (parent is None or parent.lost is None), parent=parent)
+                   enabled=enabled, parent=parent)
 
 
 def run_evaluate(cfg: RunConfig, candidate: str, runs_root: Path, console: Console,
@@ -326,7 +331,8 @@ def evaluate_planned(p: Plan, run_dir: Path, console: Console, remeasure: bool =
     shutil.copyfile(cfg.resolve(cfg.gates), run_dir / POLICY_FILE)  # for `workbench gate`
     console.print(f"run folder {run_dir} · device {device} · engine {p.engine_version}")
     started = time.perf_counter()
-    with _tracker(cfg, candidate, device, console, parent) as tracker:
+    with tracker_for(cfg, candidate, {"candidate": candidate, "device": device}, console,
+                     parent) as tracker:
         tracker.log_params({"candidate": candidate, "recipe": p.candidate.model_dump_json(),
                             "model_path": str(p.model_dir), "device": device,
                             "engine": p.engine_version, "engine_config":

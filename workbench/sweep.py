@@ -319,7 +319,7 @@ def choose(cfg: RunConfig, names: list[str], outputs: Outputs, device: str,
 
 def run_sweep(cfg: RunConfig, names: list[str], runs_root: Path, console: Console,
               include_slow: bool = False, remeasure: bool = False) -> SweepRecord:
-    from .pipeline import new_run_dir
+    from .pipeline import new_run_dir, tracker_for
     from .serve import detect_device
 
     device = detect_device()
@@ -337,9 +337,9 @@ def run_sweep(cfg: RunConfig, names: list[str], runs_root: Path, console: Consol
                   f"{objective}")
     started = time.perf_counter()
     rows: list[SweepRow] = []
-    tags = {"kind": "sweep", "model": cfg.model.name, "device": device,
+    tags = {"kind": "sweep", "device": device,
             "candidates": ",".join(p.candidate_name for p in chosen.plans)}
-    with Tracker(cfg.tracking, f"{cfg.model.name}:sweep", tags) as tracker:
+    with tracker_for(cfg, "sweep", tags, console) as tracker:
         for i, p in enumerate(chosen.plans, 1):
             console.rule(f"candidate {i} of {len(chosen.plans)}: {p.candidate_name}")
             rows.append(_evaluate_one(p, inside(sweep_dir, p.candidate_name), console,
