@@ -30,7 +30,7 @@ __all__ = ["FidelityResult", "compare_fidelity", "first_divergence", "generation
 _EPS = 1e-12
 
 
-class AgreementFigures(TypedDict):
+class AgreementFigures(TypedDict, total=False):
     items: int
     identical_share: float
     prefix_agreement: float
@@ -39,15 +39,9 @@ class AgreementFigures(TypedDict):
     first_divergence_mean: float
 
 
-class GenerationAgreement(TypedDict, total=False):
+class GenerationAgreement(AgreementFigures, total=False):
     """generation_agreement(): empty when no greedy continuations were compared."""
 
-    items: int
-    identical_share: float
-    prefix_agreement: float
-    first_divergence_p10: float
-    first_divergence_p50: float
-    first_divergence_mean: float
     tokens: int
     slices: dict[str, AgreementFigures]
 

@@ -13,9 +13,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from pydantic import TypeAdapter
-
 from ..record import SCHEMA_VERSION, DecisionRecord
+from . import published_schema
 
 __all__ = ["SCHEMA_FILE", "decision_schema", "validate_record"]
 
@@ -23,16 +22,9 @@ SCHEMA_FILE = Path(__file__).with_name(f"decision-v{SCHEMA_VERSION}.schema.json"
 
 
 def decision_schema() -> dict:
-    schema = TypeAdapter(DecisionRecord).json_schema()
-    schema["properties"]["exit_code"] = {
-        "type": "integer", "enum": [0, 1],
-        "description": "0 promote; 1 reject or inconclusive (the CLI adds 2 bad input and "
-                       "3 infrastructure, which write no record)"}
-    schema["required"] = [*schema.get("required", []), "exit_code"]
-    schema["properties"]["schema_version"]["const"] = SCHEMA_VERSION
-    return {"$schema": "https://json-schema.org/draft/2020-12/schema",
-            "$id": f"https://quant-workbench/schemas/decision-v{SCHEMA_VERSION}.schema.json",
-            **schema}
+    return published_schema(DecisionRecord, "decision", SCHEMA_VERSION, {
+        0: "promote", 1: "reject or inconclusive (the CLI adds 2 bad input and 3 "
+                         "infrastructure, which write no record)"})
 
 
 def validate_record(record: dict) -> None:

@@ -8,9 +8,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from pydantic import TypeAdapter
-
 from ..sweep import SWEEP_SCHEMA_VERSION, SweepRecord
+from . import published_schema
 
 __all__ = ["SCHEMA_FILE", "sweep_schema", "validate_sweep"]
 
@@ -18,16 +17,9 @@ SCHEMA_FILE = Path(__file__).with_name(f"sweep-v{SWEEP_SCHEMA_VERSION}.schema.js
 
 
 def sweep_schema() -> dict:
-    schema = TypeAdapter(SweepRecord).json_schema()
-    schema["properties"]["exit_code"] = {
-        "type": "integer", "enum": [0, 1, 3],
-        "description": "0 a candidate is recommended; 1 none was promoted; 3 a candidate's "
-                       "measurement failed (its row says why)"}
-    schema["required"] = [*schema.get("required", []), "exit_code"]
-    schema["properties"]["schema_version"]["const"] = SWEEP_SCHEMA_VERSION
-    return {"$schema": "https://json-schema.org/draft/2020-12/schema",
-            "$id": f"https://quant-workbench/schemas/sweep-v{SWEEP_SCHEMA_VERSION}.schema.json",
-            **schema}
+    return published_schema(SweepRecord, "sweep", SWEEP_SCHEMA_VERSION, {
+        0: "a candidate is recommended", 1: "none was promoted",
+        3: "a candidate's measurement failed (its row says why)"})
 
 
 def validate_sweep(record: dict) -> None:
