@@ -275,7 +275,7 @@ def build_record(p: Plan, q: QuantizeResult, base: Measurement, cand: Measuremen
         reused=reused,
         plots=_plots(p, base, cand, run_dir),
         mlflow={"tracking_uri": tracker.uri, "run_id": tracker.run_id,
-                "experiment_id": tracker.experiment_id,
+                "experiment_id": tracker.experiment_id, "ui": tracker.ui_link(),
                 **({"parent_run_id": tracker.parent.run_id} if tracker.parent else {})},
     )
 
@@ -403,7 +403,7 @@ def _what_the_candidate_serves(p: Plan, q: QuantizeResult) -> dict:
 
 def _tracking_line(tracker: Tracker, run_dir: Path) -> str:
     if tracker.lost is None:
-        return f"run {tracker.run_id} ({tracker.uri})"
+        return f"run {tracker.run_id} ({tracker.uri}; UI: {tracker.ui_link()})"
     return (f"[yellow]incomplete[/] ({escape(tracker.lost)}); log it later: "
             f"workbench log {escape(str(run_dir))}")
 

@@ -206,6 +206,7 @@ class MlflowSection(TypedDict, total=False):
     run_id: str
     experiment_id: str
     parent_run_id: str  # the sweep's run, when the evaluation is part of one
+    ui: str  # the UI page of the experiment's runs (a URL, or a page for `mlflow ui`)
     status: str  # complete | incomplete
     error: str
     not_logged: list[str]

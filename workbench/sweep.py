@@ -356,7 +356,7 @@ def run_sweep(cfg: RunConfig, names: list[str], runs_root: Path, console: Consol
             created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
             wall_time_s=round(time.perf_counter() - started, 1),
             mlflow={"tracking_uri": tracker.uri, "run_id": tracker.run_id,
-                    "experiment_id": tracker.experiment_id})
+                    "experiment_id": tracker.experiment_id, "ui": tracker.ui_link()})
         write_sweep(sweep_dir, record)
         _log_sweep(tracker, record, sweep_dir)
     record.mlflow.update(tracker.status())  # type: ignore[typeddict-item]
@@ -466,7 +466,8 @@ def print_sweep(record: SweepRecord, console: Console) -> None:
     rec = record.recommendation
     verdict = f"recommended: {rec.candidate}" if rec.candidate else "none recommended"
     console.print(f"[bold]{escape(verdict)}[/] — {escape(rec.reason)}")
-    console.print(f"sweep record: {Path(record.sweep_dir) / 'sweep.json'}")
+    console.print(f"sweep record: {Path(record.sweep_dir) / 'sweep.json'} · MLflow UI: "
+                  f"{record.mlflow.get('ui', '')}")
 
 
 def _log_sweep(tracker: Tracker, record: SweepRecord, sweep_dir: Path) -> None:

@@ -86,6 +86,16 @@ class Tracker:
         self.marked_stale: list[str] = []
         self.parent = parent  # a sweep's run: this one is its child
 
+    def ui_link(self) -> str:
+        """Where the MLflow UI shows this run's experiment on its runs: the full URL for a
+        tracking server; for a local store, the page to open in `mlflow ui`. MLflow 3.17's
+        UI opens an experiment on its GenAI views unless the link asks for the runs
+        (`workflowType=machine_learning`; the experiment tag alone is not enough there)."""
+        page = f"#/experiments/{self.experiment_id}/runs?workflowType=machine_learning"
+        if self.uri.startswith(("http://", "https://")):
+            return f"{self.uri.rstrip('/')}/{page}"
+        return page
+
     def status(self) -> dict[str, object]:
         """What the record says of MLflow: complete, or what was not logged and why."""
         if self.lost is None:

@@ -34,6 +34,14 @@ def chromium() -> str:
 
 def compare_page_dom(db: Path, experiment_id: str, run_ids: list[str]) -> str:
     """The rendered DOM of the UI's run-comparison page for these runs."""
+    query = urllib.parse.urlencode({"runs": json.dumps(run_ids),
+                                    "experiments": json.dumps([experiment_id])})
+    return ui_dom(db, [f"#/compare-runs?{query}"])[0]
+
+
+def ui_dom(db: Path, pages: list[str]) -> list[str]:
+    """The rendered DOM of each UI page (a URL fragment such as #/experiments/1), from one
+    `mlflow server` over the store, on loopback, stopped afterwards."""
     browser = chromium()
     port = free_port()
     mlflow = Path(sys.executable).with_name("mlflow")
@@ -50,15 +58,16 @@ def compare_page_dom(db: Path, experiment_id: str, run_ids: list[str]) -> str:
                     break
             except httpx.HTTPError:
                 time.sleep(1)
-        query = urllib.parse.urlencode({"runs": json.dumps(run_ids),
-                                        "experiments": json.dumps([experiment_id])})
-        url = f"http://127.0.0.1:{port}/#/compare-runs?{query}"
-        with tempfile.TemporaryDirectory() as profile:
-            shown = subprocess.run(
-                [browser, *CHROMIUM_FLAGS, f"--user-data-dir={profile}",
-                 "--virtual-time-budget=30000", "--dump-dom", url],
-                capture_output=True, text=True, timeout=180)
-        return shown.stdout
+        doms = []
+        for page in pages:
+            with tempfile.TemporaryDirectory() as profile:
+                shown = subprocess.run(
+                    [browser, *CHROMIUM_FLAGS, f"--user-data-dir={profile}",
+                     "--virtual-time-budget=30000", "--dump-dom",
+                     f"http://127.0.0.1:{port}/{page}"],
+                    capture_output=True, text=True, timeout=180)
+            doms.append(shown.stdout)
+        return doms
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         server.wait(timeout=30)

@@ -200,8 +200,12 @@ def check_mlflow(tmp_path: Path, record: dict) -> None:
     assert version.tags["candidate"] == record["recommendation"]["candidate"]
     assert version.tags["decision"] == "promote"
 
-    from mlflow_ui import compare_page_dom
+    from mlflow_ui import compare_page_dom, ui_dom
 
+    # the link the record gives opens the experiment on its runs, the sweep's parent first
+    assert record["mlflow"]["ui"].endswith("/runs?workflowType=machine_learning")
+    runs_page = ui_dom(tmp_path / "mlflow.db", [record["mlflow"]["ui"]])[0]
+    assert "tiny-llama:sweep" in runs_page and "Run Name" in runs_page
     dom = compare_page_dom(tmp_path / "mlflow.db", experiment.experiment_id,
                            [parent.info.run_id, *(r.info.run_id for r in children)])
     assert "tiny-llama:sweep" in dom and "tiny-llama:broken" in dom
