@@ -47,6 +47,7 @@ from .quantize import QuantizeResult, quantize
 from .quantize.checks import serving_problem, unsupported_here
 from .record import (
     DecisionRecord,
+    Sampling,
     gate_counts,
     host_facts,
     print_decision,
@@ -55,6 +56,7 @@ from .record import (
     write_record,
 )
 from .regate import POLICY_FILE
+from .sections import CostSection, SuitePair
 from .serve import detect_device
 from .tracking import Tracker, tracking_uri
 from .verdict import judge
@@ -165,7 +167,7 @@ def _later_rounds(p: Plan, q: QuantizeResult, base: Measurement, cand: Measureme
     return out[0], out[1]
 
 
-def _cost(p: Plan, load: LoadResult) -> dict:
+def _cost(p: Plan, load: LoadResult) -> CostSection:
     """Cost at the highest load level that met the SLO (the highest level, when the
     workload declares no SLO)."""
     work = p.cfg.workload
@@ -176,7 +178,7 @@ def _cost(p: Plan, load: LoadResult) -> dict:
             else f"illustrative default for {p.device}"}
 
 
-def _sampling(p: Plan) -> dict:
+def _sampling(p: Plan) -> Sampling:
     """How every suite was decoded: the settings a rerun must repeat."""
     return {**SAMPLING, "seed": p.cfg.seed, "profile": p.cfg.profile,
             "max_tokens": {s.name: s.spec.max_tokens for s in p.suites
@@ -184,7 +186,8 @@ def _sampling(p: Plan) -> dict:
             "guided_decoding": "response_format json_schema (xgrammar, no free whitespace)"}
 
 
-def _paired_summaries(p: Plan, base: Measurement, cand: Measurement) -> dict:
+def _paired_summaries(p: Plan, base: Measurement, cand: Measurement
+                      ) -> dict[str, SuitePair]:
     def summary(r: SuiteResult) -> dict:
         out = {"n": r.n, "kind": r.kind, "accuracy": r.accuracy, "slices": r.slices,
                "metrics": r.metrics, "digest": r.digest}
