@@ -16,7 +16,6 @@ from pathlib import Path
 import yaml
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
 from .compare import compare_suite
 from .config import DEFAULT_PRICE_PER_HOUR, Candidate, RunConfig
@@ -43,8 +42,8 @@ from .measure import (
 )
 from .plots import LATENCY_PLOT, plot_latency_vs_throughput
 from .preflight import Outputs, Plan, check_candidates, plan, unreachable
-from .quantize import QuantizeResult, quantize
-from .quantize.checks import serving_problem, unsupported_here
+from .quantize import QuantizeResult, quantize, show_candidates
+from .quantize.checks import serving_problem
 from .record import (
     DecisionRecord,
     Sampling,
@@ -505,24 +504,5 @@ def run_quantize(cfg: RunConfig, candidates: list[str], runs_root: Path,
     write_json(run_dir / "quantize-summary.json", [q.to_dict() for q in results])
     if len(results) == 1:
         console.print_json(json.dumps(results[0].manifest, default=str))
-    show_quantize_table(cfg, results, detect_device(), console)
+    show_candidates(cfg, results, detect_device(), console)
     return results
-
-
-def show_quantize_table(cfg: RunConfig, results: list[QuantizeResult], device: str,
-                        console: Console) -> None:
-    table = Table(title=f"candidates of {cfg.model.name}")
-    for col in ("candidate", "format", "size MB", "ratio", "held-out ppl", "built s",
-                f"serves on {device}"):
-        table.add_column(col)
-    for q in results:
-        m, fid = q.manifest, q.manifest.get("fidelity") or {}
-        problem = unsupported_here(cfg, q.candidate, device, Path(q.path))
-        ppl = (f"{fid['baseline_perplexity']:.2f} -> {fid['candidate_perplexity']:.2f}"
-               if fid else "-")
-        table.add_row(escape(q.candidate), escape(q.format.label),
-                      f"{m.get('size_bytes', 0) / 1e6:.0f}", f"{m.get('compression_ratio', 1):.2f}",
-                      ppl, f"{m['wall_time_s']:.0f}" if "wall_time_s" in m else "-",
-                      "[green]yes[/]" if problem is None else
-                      "[yellow]unsupported[/]: " + escape(problem))
-    console.print(table)

@@ -21,6 +21,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
 from .. import cache_entry
 from ..config import Candidate, RunConfig
 from ..digests import folder_digest, sha256_json
@@ -32,7 +36,7 @@ from .formats import ServedFormat, format_of_candidate, format_of_checkpoint, se
 
 __all__ = [
     "DATA_FREE_RECIPES", "QuantizeResult", "artifact_key", "calibration_samples",
-    "latest_progress", "needs_calibration", "quantize",
+    "latest_progress", "needs_calibration", "quantize", "show_candidates",
 ]
 
 WORKER = Path(__file__).with_name("worker.py")
@@ -304,3 +308,26 @@ def quantize(cfg: RunConfig, name: str, cand: Candidate, model_dir: Path, model_
     cache_entry.publish(staging, final)
     return QuantizeResult(name, str(final), False, key, manifest, "built",
                           serve_args_for(final, cand.serve_args()))
+
+
+def show_candidates(cfg: RunConfig, results: list[QuantizeResult], device: str,
+                    console: Console) -> None:
+    """A table of the candidates built: format, size, held-out perplexity, whether this
+    device serves each."""
+    from .checks import unsupported_here
+
+    table = Table(title=f"candidates of {cfg.model.name}")
+    for col in ("candidate", "format", "size MB", "ratio", "held-out ppl", "built s",
+                f"serves on {device}"):
+        table.add_column(col)
+    for q in results:
+        m, fid = q.manifest, q.manifest.get("fidelity") or {}
+        problem = unsupported_here(cfg, q.candidate, device, Path(q.path))
+        ppl = (f"{fid['baseline_perplexity']:.2f} -> {fid['candidate_perplexity']:.2f}"
+               if fid else "-")
+        table.add_row(escape(q.candidate), escape(q.format.label),
+                      f"{m.get('size_bytes', 0) / 1e6:.0f}", f"{m.get('compression_ratio', 1):.2f}",
+                      ppl, f"{m['wall_time_s']:.0f}" if "wall_time_s" in m else "-",
+                      "[green]yes[/]" if problem is None else
+                      "[yellow]unsupported[/]: " + escape(problem))
+    console.print(table)
