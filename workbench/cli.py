@@ -113,6 +113,17 @@ remeasure_option = click.option(
     "deterministic for the same weights, are still reused).")
 
 
+def endpoint_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """--baseline-endpoint / --candidate-endpoint: a side measured where it is already
+    served (its key and model from the config's endpoints.<side>, if any)."""
+    for side in ("candidate", "baseline"):
+        fn = click.option(f"--{side}-endpoint", f"{side}_endpoint", default=None,
+                          metavar="URL", help=f"Measure the {side} at this running "
+                          f"OpenAI-compatible vLLM server instead of serving it here (the "
+                          f"API key's variable: endpoints.{side}.api_key_env).")(fn)
+    return fn
+
+
 def write_ci_outputs(rec: Any, junit: Path | None, summary: Path | None) -> None:
     from .record import render_summary, write_junit
 
@@ -129,11 +140,13 @@ def write_ci_outputs(rec: Any, junit: Path | None, summary: Path | None) -> None
               help="Measure this named load profile instead of the config's load.profile "
                    "(built in: interactive, batch).")
 @remeasure_option
+@endpoint_options
 @junit_option
 @summary_option
 @candidate_job
 def evaluate(config_path: str, candidate: str, runs_dir: Path, load_profile: str | None,
-             remeasure: bool, junit: Path | None, summary: Path | None) -> int:
+             remeasure: bool, baseline_endpoint: str | None, candidate_endpoint: str | None,
+             junit: Path | None, summary: Path | None) -> int:
     """Run the whole pipeline for one candidate and decide promote / reject / inconclusive.
 
     Reuses the cached quantised artifact, the cached baseline results and, with nothing
@@ -146,15 +159,18 @@ def evaluate(config_path: str, candidate: str, runs_dir: Path, load_profile: str
     from .serve import install_sigterm_as_interrupt
 
     install_sigterm_as_interrupt()
-    cfg = _load(config_path, load_profile)
+    cfg = _load(config_path, load_profile, baseline_endpoint, candidate_endpoint)
     rec = run_evaluate(cfg, candidate, runs_dir, console, _outputs(runs_dir, junit, summary),
                        remeasure)
     write_ci_outputs(rec, junit, summary)
     return rec.exit_code
 
 
-def _load(config_path: str, load_profile: str | None) -> RunConfig:
+def _load(config_path: str, load_profile: str | None, baseline_endpoint: str | None = None,
+          candidate_endpoint: str | None = None) -> RunConfig:
     cfg = load_config(_config_path(config_path))
+    if baseline_endpoint is not None or candidate_endpoint is not None:
+        cfg = cfg.with_endpoints(baseline_endpoint, candidate_endpoint)
     return cfg.with_load_profile(load_profile) if load_profile is not None else cfg
 
 
@@ -307,13 +323,15 @@ def serve(config_path: str, candidate: str | None, runs_dir: Path) -> int:
               help="As `evaluate --load-profile`.")
 @click.option("--all-suites", is_flag=True,
               help="Also check every suite shipped in eval_suites/, not only the config's.")
+@endpoint_options
 @runs_option
 @junit_option
 @summary_option
 @debug_option
 @handle_errors
 def validate(config_path: str, candidate: str | None, load_profile: str | None,
-             all_suites: bool, runs_dir: Path, junit: Path | None, summary: Path | None) -> int:
+             all_suites: bool, baseline_endpoint: str | None, candidate_endpoint: str | None,
+             runs_dir: Path, junit: Path | None, summary: Path | None) -> int:
     """Check a config, its gate policy, suites, data, engine arguments, tracking server and
     output paths; report every problem at once. Runs the very checks `evaluate` runs, so a
     config that passes here is not refused there; writes and starts nothing."""
@@ -321,7 +339,7 @@ def validate(config_path: str, candidate: str | None, load_profile: str | None,
     from .preflight import check_config, plan
 
     path = _config_path(config_path)
-    cfg = _load(config_path, load_profile)
+    cfg = _load(config_path, load_profile, baseline_endpoint, candidate_endpoint)
     outputs = _outputs(runs_dir, junit, summary)
     if candidate is not None:
         plan(cfg, candidate, outputs)  # evaluate's own check

@@ -336,10 +336,19 @@ def _health_gate_checks(gate: HealthGate, ev: Evidence, policy: GatePolicy, seed
     return checks, outcomes
 
 
-def _memory_outcome(gate: MemoryGate, base: dict, cand: dict) -> GateOutcome:
+def _memory_outcome(gate: MemoryGate, ev: Evidence) -> GateOutcome:
     bound = "max" if gate.max_ratio is not None else "min"
     limit = float(gate.max_ratio if gate.max_ratio is not None else gate.min_ratio or 0)
     name = f"memory:{gate.metric}:{bound}_ratio"
+    base, cand = ev.base_headroom, ev.cand_headroom
+    at = [role for role, figures in ev.unmeasured.items() if gate.metric in figures]
+    if at:
+        where = f"{gate.metric} cannot be measured at the {' and '.join(at)}'s endpoint"
+        if gate.at_endpoints == "not_applicable":
+            return GateOutcome(name, "not_applicable", f"{where} (policy: at_endpoints: "
+                               "not_applicable)")
+        return GateOutcome(name, "fail", f"{where} (fail closed; a policy that accepts this "
+                           "marks the gate at_endpoints: not_applicable)")
     bv, cv = float(base.get(gate.metric) or math.nan), float(cand.get(gate.metric) or math.nan)
     value = ratio(bv, cv)
     if math.isnan(value):
@@ -411,6 +420,9 @@ class Evidence:
     # where each model's per-request load data lies (its load/ folder): intervals for
     # latency ratios; None: judge the point ratios
     raw_dirs: tuple[Path, Path] | None = None
+    # role -> figures its endpoint could not give (serve.ENDPOINT_UNMEASURED); empty when
+    # both models were served here
+    unmeasured: dict[str, list[str]] = field(default_factory=dict)
 
 
 def _fidelity_outcomes(gate: FidelityGate, ev: Evidence) -> list[GateOutcome]:
@@ -498,7 +510,7 @@ def evaluate_gates(policy: GatePolicy, ev: Evidence, seed: int) -> list[GateOutc
     for slo in policy.slo:
         outcomes.append(_slo_outcome(slo, ev))
     for mem in policy.memory:
-        outcomes.append(_memory_outcome(mem, ev.base_headroom, ev.cand_headroom))
+        outcomes.append(_memory_outcome(mem, ev))
     return outcomes
 
 

@@ -7,6 +7,7 @@ problems are reported at once (``workbench validate``), not one per try.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -34,6 +35,8 @@ __all__ = [
     "SLO",
     "CalibrationConfig",
     "Candidate",
+    "EndpointConfig",
+    "EndpointsConfig",
     "EngineConfig",
     "LengthDist",
     "LoadConfig",
@@ -42,6 +45,7 @@ __all__ = [
     "RunConfig",
     "TrackingConfig",
     "format_validation_error",
+    "is_repo_id",
     "load_config",
     "read_yaml",
 ]
@@ -78,14 +82,41 @@ class ModelConfig(_Strict):
     _name = field_validator("name")(classmethod(lambda cls, v: _a_name(v)))
     path: str = Field(
         default="default",
-        description="A local Hugging Face folder, or 'default' for the embedded SmolLM2-135M",
+        description="A local Hugging Face folder, 'default' for the embedded SmolLM2-135M, "
+                    "or a Hugging Face repo id (org/name) resolved through huggingface_hub's "
+                    "cache (HF_HUB_OFFLINE=1: from the cache only)",
     )
+    revision: str | None = Field(
+        default=None, description="A hub model's branch, tag or commit (default main); the "
+                                  "record keeps the commit it resolved to")
 
-    def resolved_path(self, base: Path) -> Path:
+    def local_folder(self, base: Path) -> Path | None:
+        """The folder the path names on this machine, or None for a hub repo id: a path
+        that exists here is a folder (even one shaped like org/name); one that does not and
+        is shaped like a repo id is a hub model."""
         if self.path == "default":
             return default_model_dir()
         p = Path(os.path.expanduser(self.path))
-        return p if p.is_absolute() else (base / p).resolve()
+        p = p if p.is_absolute() else (base / p).resolve()
+        return p if p.exists() or not is_repo_id(self.path) else None
+
+    def resolved_path(self, base: Path) -> Path:
+        """The model's folder: the local one, or the hub snapshot of its revision (raises
+        InputError naming the repo and revision when it cannot be resolved)."""
+        local = self.local_folder(base)
+        if local is not None:
+            return local
+        from .hub import resolve_hub_model
+
+        return resolve_hub_model(self.path, self.revision).path
+
+
+_REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]{0,95}/[\w.-]{1,96}$")
+
+
+def is_repo_id(text: str) -> bool:
+    """org/name as the hub spells repo ids: one slash, no path syntax (., .., ~, /abs)."""
+    return bool(_REPO_ID.match(text)) and ".." not in text and not text.endswith((".", "-"))
 
 
 class Candidate(_Strict):
@@ -160,6 +191,15 @@ class CalibrationConfig(_Strict):
 
 class EngineConfig(_Strict):
     max_model_len: int = Field(default=2048, ge=64)
+    tensor_parallel_size: int = Field(default=1, ge=1, description="Devices one model layer is "
+                                      "split across (vLLM --tensor-parallel-size)")
+    pipeline_parallel_size: int = Field(default=1, ge=1, description="Stages the layers are "
+                                        "split into (vLLM --pipeline-parallel-size)")
+    data_parallel_size: int = Field(default=1, ge=1, description="Replicas behind one endpoint "
+                                    "(vLLM --data-parallel-size)")
+    distributed_executor_backend: Literal["mp", "ray"] | None = Field(
+        default=None, description="How vLLM starts its workers: mp (processes on this host) "
+                                  "or ray (a Ray cluster, multi-node); default: vLLM's choice")
     dtype: Literal["bfloat16", "float16", "float32", "auto"] = "bfloat16"
     enforce_eager: bool = Field(
         default=False, description="Skip torch.compile: faster start, slower decode"
@@ -169,6 +209,68 @@ class EngineConfig(_Strict):
     startup_timeout_s: float = Field(default=900, gt=0)
     request_timeout_s: float = Field(default=300, gt=0)
     extra_args: list[str] = Field(default_factory=list)
+
+    @property
+    def devices(self) -> int:
+        """Devices (GPUs; CPU ranks on a CPU) one engine holds: tensor x pipeline x data."""
+        return self.tensor_parallel_size * self.pipeline_parallel_size * self.data_parallel_size
+
+    def parallel_args(self) -> list[str]:
+        """The engine arguments that spread one model over several devices."""
+        args = []
+        for flag, value in (("--tensor-parallel-size", self.tensor_parallel_size),
+                            ("--pipeline-parallel-size", self.pipeline_parallel_size),
+                            ("--data-parallel-size", self.data_parallel_size)):
+            if value > 1:
+                args += [flag, str(value)]
+        if self.distributed_executor_backend:
+            args += ["--distributed-executor-backend", self.distributed_executor_backend]
+        return args
+
+
+class EndpointConfig(_Strict):
+    """A model already served behind an OpenAI-compatible vLLM endpoint: measured where it
+    runs, neither quantised nor started by the workbench (docs/scale.md)."""
+
+    url: str = Field(description="The server's root, e.g. https://llm.internal:8000 (not /v1)")
+    api_key_env: str | None = Field(
+        default=None, description="Name of the environment variable holding the API key, "
+                                  "sent as a bearer token; the key itself never appears in a "
+                                  "config, record, log or MLflow")
+    model: str | None = Field(default=None, description="The served model id; default: the "
+                                                        "only one /v1/models lists")
+    devices: int = Field(default=1, ge=1, description="Devices the deployment holds, for cost "
+                                                      "per million tokens (not measurable)")
+
+    @field_validator("url")
+    @classmethod
+    def _http(cls, v: str) -> str:
+        if not re.match(r"^https?://[^/\s]+", v):
+            raise ValueError(f"must be an http:// or https:// URL, got {v!r}")
+        if "@" in v.split("/")[2]:
+            raise ValueError("must not carry credentials (user:password@); name the key's "
+                             "environment variable in api_key_env")
+        return v.rstrip("/").removesuffix("/v1")
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _env_name(cls, v: str | None) -> str | None:
+        if v is not None and not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", v):
+            raise ValueError("must be the name of an environment variable (letters, digits, "
+                             "_), not the key itself")
+        return v
+
+
+class EndpointsConfig(_Strict):
+    baseline: EndpointConfig | None = None
+    candidate: EndpointConfig | None = None
+
+    def of(self, role: str) -> EndpointConfig | None:
+        return self.baseline if role == "baseline" else self.candidate
+
+    def devices(self, role: str) -> int:
+        ep = self.of(role)
+        return ep.devices if ep is not None else 1
 
 
 class SLO(_Strict):
@@ -397,6 +499,7 @@ class RunConfig(_Strict):
     load: LoadConfig = LoadConfig()
     gates: str = Field(description="Gate policy YAML, relative to the config file")
     tracking: TrackingConfig = TrackingConfig()
+    endpoints: EndpointsConfig = EndpointsConfig()
 
     # Set by load_config, not by the user.
     source: Path = Field(default=Path("."), exclude=True)
@@ -439,6 +542,23 @@ class RunConfig(_Strict):
             problems = format_validation_error(self.source, err, RunConfig)
             raise InputError(problems[0], problems) from None
         return cfg.model_copy(update={"source": self.source})
+
+    def with_endpoints(self, baseline: str | None, candidate: str | None) -> RunConfig:
+        """This config with sides measured at the given endpoint URLs (the command line's
+        --baseline-endpoint / --candidate-endpoint over endpoints.<side>.url)."""
+        sides = {}
+        for role, url in (("baseline", baseline), ("candidate", candidate)):
+            current = self.endpoints.of(role)
+            if url is None:
+                sides[role] = current
+                continue
+            fields = current.model_dump() if current is not None else {}
+            try:
+                sides[role] = EndpointConfig.model_validate({**fields, "url": url})
+            except ValidationError as err:
+                why = err.errors()[0]["msg"].removeprefix("Value error, ")
+                raise InputError(f"--{role}-endpoint: {url!r}: {why}") from None
+        return self.model_copy(update={"endpoints": EndpointsConfig(**sides)})
 
     def candidate(self, name: str) -> Candidate:
         if name not in self.candidates:

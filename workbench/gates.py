@@ -131,6 +131,10 @@ class MemoryGate(_Strict):
     metric: Literal[MEMORY_METRICS]  # type: ignore[valid-type]
     max_ratio: float | None = Field(default=None, gt=0)
     min_ratio: float | None = Field(default=None, gt=0)
+    at_endpoints: Literal["fail", "not_applicable"] = Field(
+        default="fail", description="When a side is measured at an endpoint that cannot give "
+        "this figure (weights on disk, peak process or GPU memory): fail closed, or judge "
+        "the gate not applicable")
 
     @model_validator(mode="after")
     def _one_bound(self) -> MemoryGate:

@@ -7,11 +7,13 @@ candidate.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
+import os
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -29,7 +31,7 @@ from .headroom import PeakSampler, headroom
 from .loadtest import LevelResult, LoadResult, run_load_test
 from .paths import cache_root
 from .record import write_json
-from .serve import EngineServer, ServerInfo, parse_cache_info
+from .serve import Endpoint, EngineServer, ServerInfo, api_key_from, parse_cache_info
 from .workload import Request
 
 __all__ = ["MEASUREMENT_FILE", "SAMPLING", "Measurement", "baseline_key", "cached_measurement",
@@ -66,8 +68,9 @@ class Measurement:
             for s, info in r.slices.items():
                 out[f"{name}.{s}.accuracy"] = info["accuracy"]
         out.update(self.load.metrics())
-        out["cold_start_s"] = self.server.cold_start_s
-        out["first_token_s"] = self.server.first_token_s
+        for figure in ("cold_start_s", "first_token_s"):
+            if figure not in self.server.unmeasured:  # an endpoint's is not its to give
+                out[figure] = getattr(self.server, figure)
         out.update({f"headroom.{k}": float(v) for k, v in self.headroom.items()
                     if isinstance(v, (int, float))})
         return out
@@ -96,7 +99,7 @@ def _progress(console: Console) -> Progress:
                     TimeElapsedColumn(), console=console, transient=False)
 
 
-def _run_suites(cfg: RunConfig, srv: EngineServer, served: str, suites: list[Suite],
+def _run_suites(cfg: RunConfig, srv: EngineServer | Endpoint, served: str, suites: list[Suite],
                 out_dir: Path, console: Console, tokenizer_dir: Path) -> dict[str, SuiteResult]:
     results = {}
     with _progress(console) as progress:
@@ -110,6 +113,7 @@ def _run_suites(cfg: RunConfig, srv: EngineServer, served: str, suites: list[Sui
                     timeout_s=cfg.engine.request_timeout_s,
                     on_item=functools.partial(progress.advance, task),
                     name=name, guided=guided, tokenizer_dir=tokenizer_dir,
+                    headers=srv.headers,
                 )
             except InfraError:
                 srv.check_alive()  # a dead engine is the better explanation, if so
@@ -117,7 +121,7 @@ def _run_suites(cfg: RunConfig, srv: EngineServer, served: str, suites: list[Sui
     return results
 
 
-def _kv_usage(server: EngineServer) -> float:
+def _kv_usage(server: EngineServer | Endpoint) -> float:
     return parse_scrape(server.metrics()).gauges.get("vllm:kv_cache_usage_perc", 0.0)
 
 
@@ -129,23 +133,62 @@ def _print_level(console: Console, role: str, lv: LevelResult) -> None:
                   f"{lv.tpot_ms['p50']:.1f}/{lv.tpot_ms['p99']:.1f} ms{skipped}")
 
 
+@contextlib.contextmanager
+def library_credentials(api_key: str | None) -> Iterator[None]:
+    """The key where the libraries the workbench drives look for one: `vllm bench serve`
+    (a subprocess inheriting this environment) and lm-eval's local-completions both read
+    OPENAI_API_KEY. Unset while a side without a key is measured, so a key the user's shell
+    happens to hold is never sent to a server that did not ask for it."""
+    saved = os.environ.pop("OPENAI_API_KEY", None)
+    if api_key:
+        os.environ["OPENAI_API_KEY"] = api_key
+    try:
+        yield
+    finally:
+        os.environ.pop("OPENAI_API_KEY", None)
+        if saved is not None:
+            os.environ["OPENAI_API_KEY"] = saved
+
+
+def _server(cfg: RunConfig, role: str, model_dir: Path, served: str, extra_args: list[str],
+            out_dir: Path, device: str) -> EngineServer | Endpoint:
+    """The engine this side is measured on: started here, or the endpoint the config
+    names for the role (attached to, not started)."""
+    ep = cfg.endpoints.of(role)
+    if ep is not None:
+        return Endpoint(ep.url, api_key_from(ep.api_key_env), ep.model,
+                        out_dir / "server.log", cfg.engine.request_timeout_s)
+    return EngineServer(model_dir, served, cfg.engine, out_dir / "server.log", extra_args,
+                        device=device)
+
+
 def measure(cfg: RunConfig, role: str, model_dir: Path, served: str, extra_args: list[str],
             suites: list[Suite], requests: list[Request], tokenizer_dir: Path, out_dir: Path,
             console: Console, device: str, ceiling: bool = True) -> Measurement:
-    """Start the engine for one model, run every suite and the load sweep, stop it.
+    """Start the engine for one model (or attach to its endpoint), run every suite and the
+    load sweep, stop it.
 
     ceiling: also measure the load generator's own limit (once per run is enough)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    server = EngineServer(model_dir, served, cfg.engine, out_dir / "server.log", extra_args,
-                          device=device)
+    server = _server(cfg, role, model_dir, served, extra_args, out_dir, device)
+    attached = isinstance(server, Endpoint)
     try:
-        with console.status(f"[{role}] starting vLLM ({device}) for {model_dir.name}"):
-            server.start()
-        console.print(f"  [{role}] engine healthy after {server.info.cold_start_s:.1f}s "
-                      f"(vLLM {server.info.version}, log {server.log_file})")
-        assert server.process is not None
-        with PeakSampler(server.process.pid, functools.partial(_kv_usage, server)) as peaks:
+        if attached:
+            with console.status(f"[{role}] reading endpoint {server.base_url}"):
+                server.start()
+            console.print(f"  [{role}] endpoint {server.base_url} serves "
+                          f"{server.info.served_name} (vLLM {server.info.version}); not "
+                          f"measurable there: {', '.join(server.info.unmeasured)}")
+        else:
+            with console.status(f"[{role}] starting vLLM ({device}) for {model_dir.name}"):
+                server.start()
+            console.print(f"  [{role}] engine healthy after {server.info.cold_start_s:.1f}s "
+                          f"(vLLM {server.info.version}, log {server.log_file})")
+        served = server.info.served_name
+        pgid = server.process.pid if server.process is not None else None
+        with PeakSampler(pgid, functools.partial(_kv_usage, server)) as peaks, \
+                library_credentials(server.api_key):
             suite_results = _run_suites(cfg, server, served, suites, out_dir, console,
                                         tokenizer_dir)
             with console.status(f"[{role}] load profile {cfg.load.profile!r}: warm-up, "
@@ -159,8 +202,11 @@ def measure(cfg: RunConfig, role: str, model_dir: Path, served: str, extra_args:
         # read after the load, when the engine has reported its final cache figures
         final = server.metrics()
         server.info.cache_info = parse_cache_info(final) or server.info.cache_info
-        room = headroom(model_dir, server.info.cache_info, load.longest_request_tokens, peaks,
-                        int(parse_scrape(final).counters.get("vllm:num_preemptions", 0)))
+        room = headroom(None if attached else model_dir, server.info.cache_info,
+                        load.longest_request_tokens, peaks,
+                        int(parse_scrape(final).counters.get("vllm:num_preemptions", 0)),
+                        1 if attached else cfg.engine.data_parallel_size,
+                        cfg.endpoints.devices(role) if attached else cfg.engine.devices)
     finally:
         server.stop()
     result = Measurement(role, server.info, suite_results, load,

@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from .compare import compare_suite
-from .config import DEFAULT_PRICE_PER_HOUR, Candidate, RunConfig
+from .config import DEFAULT_PRICE_PER_HOUR, Candidate, EndpointConfig, RunConfig
 from .digests import folder_digest
 from .errors import InfraError, InputError
 from .evaluate.fidelity import compare_fidelity
@@ -55,13 +55,13 @@ from .record import (
     write_record,
 )
 from .regate import POLICY_FILE
-from .sections import CostSection, SuitePair
-from .serve import detect_device
+from .sections import CostSection, EndpointSection, SuitePair
+from .serve import ServerInfo, detect_device
 from .tracking import Tracker, tracking_uri
 from .verdict import judge
 
-__all__ = ["evaluate_planned", "log_run", "new_run_dir", "run_evaluate", "run_quantize",
-           "tracker_for"]
+__all__ = ["endpoint_section", "evaluate_planned", "log_run", "new_run_dir", "run_evaluate",
+           "run_quantize", "tracker_for"]
 
 
 @contextmanager
@@ -79,6 +79,16 @@ def stage(name: str, folder: Path) -> Iterator[None]:
 
 
 def _quantize_stage(p: Plan, run_dir: Path, console: Console) -> QuantizeResult:
+    ep = p.cfg.endpoints.candidate
+    if ep is not None:
+        console.print(f"[green]✓[/] quantise {p.candidate_name}: nothing to build, it is "
+                      f"served at {ep.url} (its recipe is recorded as declared)")
+        q = QuantizeResult(candidate=p.candidate_name, path="", cache_hit=False, key="",
+                           manifest={"candidate": p.candidate_name, "source": "endpoint",
+                                     "recipe": p.candidate.model_dump(mode="json")},
+                           source="endpoint", serve_args=[])
+        write_json(run_dir / "quantize.json", q.to_dict())
+        return q
     return _quantize_one(p.cfg, p.candidate_name, p.candidate, p.model_dir, p.model_digest,
                          run_dir, console)
 
@@ -103,6 +113,11 @@ def _baseline_stage(p: Plan, run_dir: Path, device: str, console: Console
                     ) -> tuple[Measurement, bool]:
     key = baseline_key(p.cfg, p.model_digest, p.suites, device, p.engine_version, p.requests)
     cached = cached_measurement(key)
+    if p.cfg.endpoints.baseline is not None:
+        console.print(f"[bold]baseline[/]: measuring at {p.cfg.endpoints.baseline.url} "
+                      "(an endpoint: never cached)")
+        return measure(p.cfg, "baseline", p.model_dir, p.cfg.model.name, [], p.suites,
+                       p.requests, p.model_dir, run_dir / "baseline", console, device), False
     hit = load_cached(cached, lambda why: console.print(
         f"[yellow]![/] cached baseline results dropped, measuring again: {escape(why)}"))
     if hit is not None:
@@ -125,7 +140,7 @@ def _baseline_stage(p: Plan, run_dir: Path, device: str, console: Console
 def _candidate_stage(p: Plan, q: QuantizeResult, run_dir: Path, device: str,
                      console: Console) -> Measurement:
     console.print(f"[bold]candidate {p.candidate_name}[/]: measuring")
-    return measure(p.cfg, "candidate", Path(q.path), _served_name(p, "candidate"),
+    return measure(p.cfg, "candidate", Path(q.path or p.model_dir), _served_name(p, "candidate"),
                    q.serve_args, p.suites, p.requests, p.model_dir, run_dir / "candidate",
                    console, device)
 
@@ -166,15 +181,19 @@ def _later_rounds(p: Plan, q: QuantizeResult, base: Measurement, cand: Measureme
     return out[0], out[1]
 
 
-def _cost(p: Plan, load: LoadResult) -> CostSection:
+def _cost(p: Plan, role: str, load: LoadResult) -> CostSection:
     """Cost at the highest load level that met the SLO (the highest level, when the
-    workload declares no SLO)."""
+    workload declares no SLO), for every device the engine holds (load.price_per_hour is
+    per device)."""
     work = p.cfg.workload
-    price = work.price_per_hour or DEFAULT_PRICE_PER_HOUR[p.device]
+    per_device = work.price_per_hour or DEFAULT_PRICE_PER_HOUR[p.device]
+    devices = p.devices(role)
     heaviest = load.levels[-1] if load.levels else None
     level = load.max_stable_level() if work.slo is not None else heaviest
-    return {**cost_figures(level, price), "price_source": "config" if work.price_per_hour
-            else f"illustrative default for {p.device}"}
+    source = "config" if work.price_per_hour else f"illustrative default for {p.device}"
+    return {**cost_figures(level, per_device * devices), "devices": devices,
+            "price_per_device_hour": per_device,
+            "price_source": f"{source}, x {devices} devices" if devices > 1 else source}
 
 
 def _sampling(p: Plan) -> Sampling:
@@ -245,15 +264,16 @@ def build_record(p: Plan, q: QuantizeResult, base: Measurement, cand: Measuremen
         policy=report.policy,
         candidate=p.candidate_name,
         model={"name": p.cfg.model.name, "path": str(p.model_dir),
-               "digest": p.model_digest,
-               "candidate_path": q.path},
+               "digest": p.model_digest, "candidate_path": q.path,
+               **({"hub": p.hub} if p.hub else {})},
         device=host_facts(p.device),
         gates=report.gates,
         suites=_paired_summaries(p, base, cand),
         fidelity=fidelity,
         load={"baseline": base.load.to_dict(), "candidate": cand.load.to_dict()},
         headroom={"baseline": base.headroom, "candidate": cand.headroom},
-        cost={role: _cost(p, m.load) for role, m in (("baseline", base), ("candidate", cand))},
+        cost={role: _cost(p, role, m.load) for role, m in (("baseline", base),
+                                                            ("candidate", cand))},
         engine={"version": p.engine_version, "config": p.cfg.engine.model_dump(),
                 "baseline_command": base.server.command,
                 "candidate_command": cand.server.command,
@@ -263,9 +283,13 @@ def build_record(p: Plan, q: QuantizeResult, base: Measurement, cand: Measuremen
                             for role, m in (("baseline", base), ("candidate", cand))},
                 "cold_start": {role: {"healthy_s": m.server.cold_start_s,
                                       "first_token_s": m.server.first_token_s}
-                               for role, m in (("baseline", base), ("candidate", cand))}},
-        quantization={**q.manifest, "served_format": q.format.to_dict(),
-                      "serve_args": q.serve_args},
+                               for role, m in (("baseline", base), ("candidate", cand))
+                               if not m.server.endpoint}},
+        quantization={**q.manifest, "serve_args": q.serve_args,
+                      **({"served_format": q.format.to_dict()} if q.path else {})},
+        endpoints={role: endpoint_section(p.cfg.endpoints.of(role), m.server)
+                   for role, m in (("baseline", base), ("candidate", cand))
+                   if m.server.endpoint},
         data_digests={s.name: s.digest for s in p.suites},
         seeds={"run": p.cfg.seed, "load": p.cfg.workload.seed,
                "calibration": p.cfg.calibration.seed},
@@ -280,6 +304,15 @@ def build_record(p: Plan, q: QuantizeResult, base: Measurement, cand: Measuremen
                 "experiment_id": tracker.experiment_id, "ui": tracker.ui_link(),
                 **({"parent_run_id": tracker.parent.run_id} if tracker.parent else {})},
     )
+
+
+def endpoint_section(ep: EndpointConfig | None, server: ServerInfo) -> EndpointSection:
+    """What the record keeps of an endpoint: where, what it served, how it was asked
+    (the key's variable, never the key) and what could not be measured there."""
+    env = ep.api_key_env if ep else None
+    return {"url": server.endpoint, "model": server.served_name, "version": server.version,
+            "auth": f"bearer token from ${env}" if env else "none",
+            "devices": ep.devices if ep else 1, "unmeasured": list(server.unmeasured)}
 
 
 def new_run_dir(root: Path, label: str) -> Path:
@@ -345,7 +378,7 @@ def evaluate_planned(p: Plan, run_dir: Path, console: Console, remeasure: bool =
         try:
             with stage("quantise", run_dir):
                 q = _quantize_stage(p, run_dir, console)
-            if p.candidate.recipe_file is not None:  # its format is known only now
+            if p.candidate.recipe_file is not None and q.path:  # its format is known only now
                 unsupported = serving_problem(cfg, candidate, device, Path(q.path))
                 if unsupported:
                     raise InputError(unsupported)
@@ -374,6 +407,12 @@ def _measure_pair(p: Plan, q: QuantizeResult, run_dir: Path, console: Console,
     """Baseline and candidate, measured together. A pair measured before with nothing
     changed comes from the cache whole (suites, load rounds, headroom of both): latency is
     still compared only between sessions that ran side by side."""
+    if p.endpoint_roles:
+        # what an endpoint serves can change under the same URL: measured every time
+        base, cand = _baseline_stage(p, run_dir, p.device, console)[0], _candidate_stage(
+            p, q, run_dir, p.device, console)
+        base, cand = _later_rounds(p, q, base, cand, run_dir, p.device, console)
+        return base, cand, {"baseline_results": False, "measurement_pair": False}
     key = pair_key(baseline_key(p.cfg, p.model_digest, p.suites, p.device, p.engine_version,
                                 p.requests), _what_the_candidate_serves(p, q))
     folder = cached_pair(key)
@@ -426,6 +465,8 @@ def log_run(tracker: Tracker, rec: DecisionRecord, base: Measurement, cand: Meas
             tracker.log_metrics({k.removeprefix(f"{role}."): v for k, v in
                                  metrics.items() if k.startswith(f"{role}.")})
             tracker.log_series(m.load.series())
+    if not candidate_path:
+        return  # an endpoint's candidate: already deployed, no artifact here to register
     registry = tracker.register_candidate(
         rec.model["name"], Path(candidate_path).resolve().as_uri(), rec.decision,
         {"candidate": rec.candidate, "gates": gate_counts(rec), "run_dir": rec.run_dir},
@@ -477,6 +518,7 @@ def _quantize_summary(q: QuantizeResult) -> str:
     text = {"cache": f"reused cached artifact {q.path}",
             "built": f"built in {m.get('wall_time_s', 0):.0f}s -> {q.path}",
             "checkpoint": f"ready checkpoint {q.path}",
+            "endpoint": "served at an endpoint",
             "baseline weights": "baseline weights, served with " + (
                 " ".join(q.serve_args) or "the baseline's arguments")}[q.source]
     fid = m.get("fidelity")

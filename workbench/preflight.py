@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import TypeVar
 from urllib.parse import urlparse
 
+import httpx
+
 from .config import RunConfig
 from .digests import folder_digest, sha256_json
 from .errors import InputError
@@ -47,7 +49,9 @@ CHAT_TEMPLATE_MARGIN = 48
 # Engine arguments the workbench sets itself (serve.engine_command): given again, they
 # would silently override what the workbench measures and reports.
 RESERVED_ENGINE_ARGS = ("--model", "--served-model-name", "--host", "--port", "--max-model-len",
-                        "--dtype", "--seed")
+                        "--dtype", "--seed", "--tensor-parallel-size", "-tp",
+                        "--pipeline-parallel-size", "-pp", "--data-parallel-size", "-dp",
+                        "--distributed-executor-backend")
 
 
 @dataclass(frozen=True)
@@ -71,6 +75,28 @@ class Plan:
         self.policy = policy
         self.suites = suites
         self.requests = requests
+
+    @property
+    def endpoint_roles(self) -> list[str]:
+        """The sides measured at an endpoint instead of an engine started here."""
+        return [r for r in ("baseline", "candidate") if self.cfg.endpoints.of(r) is not None]
+
+    def devices(self, role: str) -> int:
+        """Devices the side's engine holds: declared for an endpoint, else the engine's
+        tensor x pipeline x data parallel size."""
+        if role in self.endpoint_roles:
+            return self.cfg.endpoints.devices(role)
+        return self.cfg.engine.devices
+
+    @property
+    def hub(self) -> dict[str, str] | None:
+        """The hub repo, revision and resolved commit, for a model named by its repo id."""
+        if self.cfg.model.local_folder(self.cfg.base_dir) is not None:
+            return None
+        from .hub import resolve_hub_model
+
+        found = resolve_hub_model(self.cfg.model.path, self.cfg.model.revision)
+        return {"repo_id": found.repo_id, "revision": found.revision, "commit": found.commit}
 
     @functools.cached_property
     def model_digest(self) -> str:
@@ -103,8 +129,16 @@ class Problems(list):
 
 
 def model_problems(cfg: RunConfig) -> list[str]:
-    """The model folder exists, and the context asked for is within the model's own."""
-    model_dir = cfg.model.resolved_path(cfg.base_dir)
+    """The model folder exists (a hub repo id resolves), and the context asked for is
+    within the model's own."""
+    local = cfg.model.local_folder(cfg.base_dir)
+    if local is not None and cfg.model.revision is not None:
+        return [f"{cfg.source}: model.revision: applies to a hub repo id, but model.path "
+                f"{cfg.model.path!r} is a folder on this machine"]
+    try:
+        model_dir = cfg.model.resolved_path(cfg.base_dir)
+    except InputError as err:
+        return [f"{cfg.source}: {err}"]
     if not (model_dir / "config.json").is_file():
         hint = " (run scripts/setup.sh)" if cfg.model.path == "default" else ""
         return [f"{cfg.source}: model.path: {model_dir} is not a model folder{hint}"]
@@ -370,6 +404,87 @@ def unreachable(uri: str, timeout_s: float = 3.0) -> str | None:
         return err.strerror or type(err).__name__
 
 
+def host_devices(device: str) -> tuple[int, str]:
+    """How many devices an engine may use on this host, and where that number comes
+    from: GPUs nvidia-smi lists (within CUDA_VISIBLE_DEVICES), or on a CPU the cores this
+    process may run on (vLLM-CPU binds each rank's OpenMP threads to cores of its own)."""
+    if device == "cuda":
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").strip()
+        if visible:
+            return len([d for d in visible.split(",") if d.strip()]), "CUDA_VISIBLE_DEVICES"
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True)
+        return out.stdout.count("GPU "), "nvidia-smi -L"
+    return len(os.sched_getaffinity(0)), "CPU cores this process may use"
+
+
+def parallelism_problems(cfg: RunConfig, device: str,
+                         cluster: tuple[int, int, str] | None = None) -> list[str]:
+    """An engine that needs more devices than there are is refused before anything starts,
+    naming both numbers. cluster: (devices on its largest node, devices in all, where the
+    numbers come from) a Ray cluster offers, for engines that
+    run their workers there (distributed_executor_backend: ray) or sweeps fanned out on it."""
+    e = cfg.engine
+    if cfg.endpoints.baseline is not None and cfg.endpoints.candidate is not None:
+        return []  # nothing is served here
+    need = e.devices
+    shape = (f"tensor_parallel_size {e.tensor_parallel_size} x pipeline_parallel_size "
+             f"{e.pipeline_parallel_size} x data_parallel_size {e.data_parallel_size} = "
+             f"{need} {'GPUs' if device == 'cuda' else 'CPU ranks'} per engine")
+    problems = []
+    if device == "cpu" and e.distributed_executor_backend == "ray":
+        problems.append(f"{cfg.source}: engine.distributed_executor_backend: ray is not "
+                        "supported by vLLM-CPU here (its CPU workers need the mp executor); "
+                        "use mp or leave it unset")
+    have, source = host_devices(device)
+    if cluster is not None:  # a sweep fanned out on Ray, or an engine whose workers are Ray's
+        per_node, total, where = cluster
+        have, source = ((total, f"{where}, all nodes") if e.distributed_executor_backend == "ray"
+                        else (per_node, f"{where}, largest node (the mp executor stays on "
+                                        "one node)"))
+    if need > have:
+        problems.append(f"{cfg.source}: engine: {shape}, but {have} are available "
+                        f"({source})")
+    return problems
+
+
+def endpoint_problems(cfg: RunConfig) -> list[str]:
+    """Each endpoint the config names answers /v1/models with the key it is given and
+    serves the model asked for: a wrong URL or key is exit 2 now, not a failed run later."""
+    from .serve import api_key_from, served_models
+
+    problems = []
+    for role in ("baseline", "candidate"):
+        ep = cfg.endpoints.of(role)
+        if ep is None:
+            continue
+        where = f"{cfg.source}: endpoints.{role}"
+        try:
+            key = api_key_from(ep.api_key_env)
+        except InputError as err:
+            problems.append(f"{where}.api_key_env: {str(err).removeprefix('endpoints: ')}")
+            continue
+        try:
+            models = served_models(ep.url, key)
+        except httpx.HTTPStatusError as err:
+            code = err.response.status_code
+            why = (("refused the key from $" + ep.api_key_env if key else
+                    "asks for an API key: name its environment variable in api_key_env")
+                   if code in (401, 403) else f"answered {code}")
+            problems.append(f"{where}.url: {ep.url}/v1/models {why}")
+            continue
+        except (httpx.HTTPError, ValueError) as err:
+            problems.append(f"{where}.url: {ep.url} does not answer /v1/models "
+                            f"({type(err).__name__})")
+            continue
+        if ep.model is not None and ep.model not in models:
+            problems.append(f"{where}.model: {ep.model!r} is not served there (it serves "
+                            f"{', '.join(models) or 'nothing'})")
+        elif ep.model is None and len(models) != 1:
+            problems.append(f"{where}.model: the endpoint serves {len(models)} models "
+                            f"({', '.join(models)}); name the one to measure")
+    return problems
+
+
 def check_outputs(outputs: Outputs) -> list[str]:
     problems = []
     if outputs.runs_dir is not None:
@@ -403,7 +518,8 @@ def suites_and_policy(cfg: RunConfig, problems: Problems
 
 def config_problems(cfg: RunConfig, candidates: list[str], device: str, serving: bool,
                     outputs: Outputs, profiles: list[str] | None = None,
-                    problems: Problems | None = None, tracking: bool = True) -> Problems:
+                    problems: Problems | None = None, tracking: bool = True,
+                    cluster: tuple[int, int, str] | None = None) -> Problems:
     """Every check a run of these candidates needs (serving: can this device serve them;
     profiles: the load profiles to check, default the selected one; tracking: the MLflow
     server, for commands that log)."""
@@ -411,9 +527,11 @@ def config_problems(cfg: RunConfig, candidates: list[str], device: str, serving:
     before = len(problems)
     problems.run(lambda: model_problems(cfg))
     model_ok = len(problems) == before
-    model_dir = cfg.model.resolved_path(cfg.base_dir)
+    model_dir = cfg.model.resolved_path(cfg.base_dir) if model_ok else None
     for name in candidates:
-        if model_ok:
+        if cfg.endpoints.candidate is not None:
+            continue  # already served elsewhere: nothing here builds or serves it
+        if model_dir is not None:
             problems.run(lambda n=name: candidate_problems(cfg, n, model_dir))
         problems.run(lambda n=name: recipe_file_problems(cfg, n))
         problems.run(lambda n=name: data_problems(cfg, n))
@@ -422,6 +540,9 @@ def config_problems(cfg: RunConfig, candidates: list[str], device: str, serving:
     for name in profiles if profiles is not None else [cfg.load.profile]:
         problems.get(lambda n=name: _profile_requests(cfg, n))
     problems.run(lambda: engine_args_problems(cfg, candidates))
+    if serving:
+        problems.run(lambda: parallelism_problems(cfg, device, cluster))
+        problems.run(lambda: endpoint_problems(cfg))
     if tracking:
         problems.run(lambda: tracking_problems(cfg))
     problems.extend(check_outputs(outputs))

@@ -23,6 +23,7 @@ from .gates import GatePolicy
 from .sections import (
     CostSection,
     DeviceSection,
+    EndpointSection,
     EngineSection,
     FidelityJson,
     HeadroomJson,
@@ -38,7 +39,9 @@ __all__ = ["SCHEMA_VERSION", "DecisionRecord", "gate_counts", "policy_summary", 
            "record_metrics", "render_markdown", "render_summary", "write_json", "write_junit",
            "write_record"]
 
-SCHEMA_VERSION = 3  # 3: every section typed below the top level; 2: policy, plots, kernels
+# 4: endpoints, hub commit, per-device cost, unmeasurable figures null; 3: every section
+# typed below the top level; 2: policy, plots, kernels
+SCHEMA_VERSION = 4
 
 
 class Sampling(TypedDict):
@@ -81,6 +84,7 @@ class DecisionRecord:
     plots: dict[str, str] = field(default_factory=dict)  # title -> PNG path in the run folder
     policy: PolicySection = field(default_factory=lambda: PolicySection())  # type: ignore[typeddict-item]
     mlflow: MlflowSection = field(default_factory=lambda: MlflowSection())
+    endpoints: dict[Role, EndpointSection] = field(default_factory=dict)  # sides not served here
     schema_version: int = SCHEMA_VERSION
 
     @property

@@ -20,8 +20,8 @@ from .headroom import Headroom
 from .loadtest import LoadResult
 from .quantize.formats import ServedFormat
 
-__all__ = ["CostSection", "DeviceSection", "EngineSection", "FidelityJson", "HeadroomJson",
-           "LoadJson", "MlflowSection", "ModelSection", "PolicySection",
+__all__ = ["CostSection", "DeviceSection", "EndpointSection", "EngineSection", "FidelityJson",
+           "HeadroomJson", "LoadJson", "MlflowSection", "ModelSection", "PolicySection",
            "QuantizationSection", "SuitePair", "json_form"]
 
 
@@ -37,11 +37,29 @@ FidelityJson = json_form(FidelityResult)
 ServedFormatJson = json_form(ServedFormat)
 
 
+class HubSection(TypedDict):
+    repo_id: str
+    revision: str  # as the config asked: a branch, tag or commit
+    commit: str  # what it resolved to
+
+
 class ModelSection(TypedDict):
     name: str
     path: str
     digest: str  # sha256 over the model folder's files
-    candidate_path: str
+    candidate_path: str  # "" when the candidate is served at an endpoint
+    hub: NotRequired[HubSection]  # a model named by its hub repo id
+
+
+class EndpointSection(TypedDict):
+    """A side measured at an endpoint the workbench did not start."""
+
+    url: str
+    model: str  # the served model id
+    version: str  # vLLM's /version
+    auth: str  # "none", or which environment variable held the bearer token
+    devices: int  # as declared in the config (for cost), not measured
+    unmeasured: list[str]  # figures an endpoint cannot give (no process on this machine)
 
 
 class DeviceSection(TypedDict):
@@ -174,7 +192,9 @@ class QuantizationSection(TypedDict, total=False):
 
 
 class CostSection(TypedDict):
-    price_per_hour: float
+    price_per_hour: float  # for the whole engine: price_per_device_hour x devices
+    devices: NotRequired[int]
+    price_per_device_hour: NotRequired[float]
     level: str | None  # the heaviest level that met the SLO; None: none did
     concurrency: int | None
     usd_per_million_output_tokens: NotRequired[float]

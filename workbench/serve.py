@@ -20,10 +20,12 @@ from pathlib import Path
 import httpx
 
 from .config import EngineConfig
-from .errors import InfraError
+from .errors import InfraError, InputError
 from .paths import cache_root, engine_python, offline_env
 
 __all__ = [
+    "ENDPOINT_UNMEASURED",
+    "Endpoint",
     "EngineServer",
     "ServerInfo",
     "Terminated",
@@ -34,6 +36,7 @@ __all__ = [
     "parse_cache_info",
     "pid_alive",
     "root_cause",
+    "served_models",
     "spawn",
     "stop_group",
 ]
@@ -112,6 +115,9 @@ class ServerInfo:
     cache_info: dict[str, str] = field(default_factory=dict)
     first_token_s: float = 0.0  # process start -> the first generated token received
     kernels: dict[str, str] = field(default_factory=dict)  # kernel_choices(), from the log
+    endpoint: str = ""  # the URL of an endpoint the workbench attached to, not started
+    # figures that could not be measured where the model ran (an endpoint: no process here)
+    unmeasured: list[str] = field(default_factory=list)
 
 
 def engine_command(
@@ -124,6 +130,7 @@ def engine_command(
     # the same server and works for both builds.
     cmd = [
         str(engine_python()), "-m", "vllm.entrypoints.openai.api_server",
+        *engine.parallel_args(),
         "--model", str(model_dir),
         "--served-model-name", served_name,
         "--host", "127.0.0.1", "--port", str(port),
@@ -159,6 +166,8 @@ class EngineServer:
             command=self.command, cold_start_s=0.0, log_file=str(log_file),
         )
         self.process: subprocess.Popen[bytes] | None = None
+        self.headers: dict[str, str] = {}  # a local engine asks for no key
+        self.api_key: str | None = None
 
     def _env(self) -> dict[str, str]:
         env = offline_env()
@@ -278,6 +287,105 @@ class EngineServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+# What a process on this machine would show but an endpoint cannot: no engine starts here,
+# its files and memory are on another machine.
+ENDPOINT_UNMEASURED = ("cold_start_s", "first_token_s", "weights_bytes",
+                       "peak_engine_rss_bytes", "peak_gpu_memory_bytes")
+
+
+def api_key_from(env_name: str | None) -> str | None:
+    """The API key held by the named environment variable (None: no key is sent)."""
+    if env_name is None:
+        return None
+    key = os.environ.get(env_name, "")
+    if not key:
+        raise InputError(f"endpoints: api_key_env names {env_name}, which is not set (or is "
+                         "empty) in this environment")
+    return key
+
+
+def endpoint_get(url: str, path: str, api_key: str | None, timeout_s: float = 10
+                 ) -> httpx.Response:
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    return httpx.get(url + path, headers=headers, timeout=timeout_s)
+
+
+def served_models(url: str, api_key: str | None) -> list[str]:
+    """The model ids an OpenAI-compatible server lists at /v1/models (raises httpx errors,
+    HTTPStatusError for a refused key)."""
+    resp = endpoint_get(url, "/v1/models", api_key)
+    resp.raise_for_status()
+    return [m["id"] for m in resp.json().get("data", [])]
+
+
+class Endpoint:
+    """An already-running OpenAI-compatible vLLM server, attached to and never started or
+    stopped: the same face as EngineServer for measure(), reading what the endpoint offers
+    (/v1/models, /version, /metrics with vllm:cache_config_info) and recording what it
+    cannot show (ENDPOINT_UNMEASURED). The API key travels only in request headers."""
+
+    def __init__(self, url: str, api_key: str | None, model: str | None, log_file: Path,
+                 request_timeout_s: float) -> None:
+        self.base_url = url
+        self.api_key = api_key
+        self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.log_file = log_file
+        self.process = None
+        self.request_timeout_s = request_timeout_s
+        self.info = ServerInfo(model_path="", served_name=model or "", device="endpoint",
+                               command=[], cold_start_s=0.0, log_file=str(log_file),
+                               endpoint=url, unmeasured=list(ENDPOINT_UNMEASURED))
+
+    def start(self) -> ServerInfo:
+        self.log_file.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            models = served_models(self.base_url, self.api_key)
+        except httpx.HTTPError as err:
+            raise InfraError(f"endpoint {self.base_url} did not list its models "
+                             f"(/v1/models: {type(err).__name__})") from None
+        if not self.info.served_name:
+            if len(models) != 1:
+                raise InfraError(f"endpoint {self.base_url} serves {len(models)} models "
+                                 f"({', '.join(models)}); name one in endpoints.<side>.model")
+            self.info.served_name = models[0]
+        self.info.version = self._get("/version").json().get("version", "")
+        self.info.cache_info = parse_cache_info(self.metrics())
+        # the log of an endpoint session: what was read, never the key
+        self.log_file.write_text(f"attached to {self.base_url} (not started here)\n"
+                                 f"models: {', '.join(models)}\nversion: {self.info.version}\n"
+                                 f"auth: {'bearer token' if self.api_key else 'none'}\n")
+        return self.info
+
+    def _get(self, path: str) -> httpx.Response:
+        try:
+            resp = endpoint_get(self.base_url, path, self.api_key, timeout_s=30)
+            resp.raise_for_status()
+            return resp
+        except httpx.HTTPError as err:
+            raise InfraError(f"endpoint {self.base_url} did not answer {path}: "
+                             f"{type(err).__name__}") from None
+
+    def metrics(self) -> str:
+        return self._get("/metrics").text
+
+    def responsive(self, timeout_s: float = 5) -> bool:
+        try:
+            return endpoint_get(self.base_url, "/health", self.api_key,
+                                timeout_s).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def check_alive(self) -> None:
+        if not self.responsive():
+            raise InfraError(f"endpoint {self.base_url} stopped answering /health")
+
+    def failure_reason(self) -> str:
+        return f"endpoint {self.base_url}"
+
+    def stop(self, grace_s: float = 0) -> None:
+        """Nothing to stop: the endpoint is not the workbench's."""
 
 
 def spawn(cmd: list[str], log_file: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:

@@ -39,7 +39,10 @@ def evidence(base: Measurement | None, cand: Measurement | None, fidelity: dict,
         base_headroom=base.headroom if base else {}, cand_headroom=cand.headroom if cand else {},
         fidelity=fidelity,
         # per-request load data, for the latency ratios' intervals
-        raw_dirs=(run_dir / "baseline" / "load", run_dir / "candidate" / "load"))
+        raw_dirs=(run_dir / "baseline" / "load", run_dir / "candidate" / "load"),
+        unmeasured={role: m.server.unmeasured for role, m in (("baseline", base),
+                                                              ("candidate", cand))
+                    if m is not None and m.server.unmeasured})
 
 
 def judge(policy: GatePolicy, policy_path: Path, base: Measurement | None,

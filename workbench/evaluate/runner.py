@@ -337,7 +337,7 @@ async def _ask(
 async def _run(
     base_url: str, model: str, suite: Suite, items: tuple[SuiteItem, ...], seed: int,
     concurrency: int, timeout_s: float, sink: Path, on_item: Callable[[], None],
-    guided: bool,
+    guided: bool, headers: dict[str, str] | None = None,
 ) -> list[ItemResult]:
     gate = asyncio.Semaphore(concurrency)
     results: list[ItemResult] = []
@@ -346,7 +346,8 @@ async def _run(
     # closing socket (ReadError). Seen when a worker spent seconds in the code sandbox.
     # Expiring ours first removes the race.
     limits = httpx.Limits(max_connections=concurrency, keepalive_expiry=2.0)
-    async with httpx.AsyncClient(base_url=base_url, timeout=timeout_s, limits=limits) as client:
+    async with httpx.AsyncClient(base_url=base_url, timeout=timeout_s, limits=limits,
+                                 headers=headers) as client:
         fidelity = suite.spec.kind == "fidelity"
         with sink.open("w") as out, \
                 (logprobs_file(sink) if fidelity else Path(os.devnull)).open("w") as side:
@@ -410,18 +411,21 @@ def run_suite(
     name: str | None = None,
     guided: bool = False,
     tokenizer_dir: Path | None = None,
+    headers: dict[str, str] | None = None,
 ) -> SuiteResult:
     """Ask every item (greedy, seeded), score it, and return the per-item results.
 
     name and guided select one of the suite's runs (Suite.spec.runs()): a structured suite
-    is run once free and once with the engine's schema-guided decoding."""
+    is run once free and once with the engine's schema-guided decoding. headers: sent with
+    every request (an endpoint's bearer token); lm-eval reads its key from the environment
+    (measure.library_credentials)."""
     try:
         if suite.lm_task is not None:
             results = _run_lmeval(base_url, model, suite, items, seed, concurrency,
                                   tokenizer_dir, sink, on_item)
         else:
             results = asyncio.run(_run(base_url, model, suite, items, seed, concurrency,
-                                       timeout_s, sink, on_item, guided))
+                                       timeout_s, sink, on_item, guided, headers))
     except httpx.HTTPError as err:
         raise InfraError(
             f"lost the engine during suite {suite.name} ({type(err).__name__}: {err}); "
