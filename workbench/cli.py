@@ -249,12 +249,16 @@ def quantize(config_path: str, candidates: tuple[str, ...], all_candidates: bool
 @click.option("--include-slow", is_flag=True,
               help="Also measure candidates this device runs only by slow emulation (FP8 "
                    "weights on a CPU), which are otherwise skipped with their estimated time.")
+@click.option("--ray-address", default=None, metavar="ADDRESS",
+              help="Measure the candidates in parallel as Ray tasks, each holding its "
+                   "engine's devices: a cluster's address (host:port, ray://host:10001), or "
+                   "'local' to start Ray on this host and split its GPUs between them.")
 @remeasure_option
 @runs_option
 @debug_option
 @handle_errors
 def sweep(config_path: str, candidates: tuple[str, ...], all_candidates: bool,
-          include_slow: bool, remeasure: bool, runs_dir: Path) -> int:
+          include_slow: bool, ray_address: str | None, remeasure: bool, runs_dir: Path) -> int:
     """Which candidate to ship: every candidate against one baseline.
 
     Each candidate runs through evaluate's stages into runs/<sweep>/<candidate>/ with its
@@ -272,7 +276,8 @@ def sweep(config_path: str, candidates: tuple[str, ...], all_candidates: bool,
     install_sigterm_as_interrupt()
     cfg = load_config(_config_path(config_path))
     names = list(cfg.candidates) if all_candidates else list(dict.fromkeys(candidates))
-    return run_sweep(cfg, names, runs_dir, console, include_slow, remeasure).exit_code
+    return run_sweep(cfg, names, runs_dir, console, include_slow, remeasure,
+                     ray_address).exit_code
 
 
 @main.command()

@@ -4,10 +4,11 @@ compare & gate -> record. Each stage's result is saved in the run folder as it c
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime, timezone
@@ -60,8 +61,8 @@ from .serve import ServerInfo, detect_device
 from .tracking import Tracker, tracking_uri
 from .verdict import judge
 
-__all__ = ["endpoint_section", "evaluate_planned", "log_run", "new_run_dir", "run_evaluate",
-           "run_quantize", "tracker_for"]
+__all__ = ["Measured", "endpoint_section", "evaluate_planned", "log_run", "measure_planned",
+           "new_run_dir", "run_evaluate", "run_quantize", "tracker_for"]
 
 
 @contextmanager
@@ -356,11 +357,30 @@ def run_evaluate(cfg: RunConfig, candidate: str, runs_root: Path, console: Conso
     return evaluate_planned(p, new_run_dir(runs_root, candidate), console, remeasure)
 
 
+Measured = tuple[QuantizeResult, Measurement, Measurement, dict[str, bool]]
+
+
+def measure_planned(p: Plan, run_dir: Path, console: Console, remeasure: bool) -> Measured:
+    """The stages that need an engine: quantise, then measure the pair. A sweep fanned out
+    on Ray runs this in a task on the candidate's devices (fanout.py)."""
+    with stage("quantise", run_dir):
+        q = _quantize_stage(p, run_dir, console)
+    if p.candidate.recipe_file is not None and q.path:  # its format is known only now
+        unsupported = serving_problem(p.cfg, p.candidate_name, p.device, Path(q.path))
+        if unsupported:
+            raise InputError(unsupported)
+    with stage("measure", run_dir):
+        base, cand, reused = _measure_pair(p, q, run_dir, console, remeasure)
+    return q, base, cand, reused
+
+
 def evaluate_planned(p: Plan, run_dir: Path, console: Console, remeasure: bool = False,
-                     parent: Tracker | None = None) -> DecisionRecord:
+                     parent: Tracker | None = None,
+                     measured: Callable[[], Measured] | None = None) -> DecisionRecord:
     """One candidate against its baseline, its inputs already checked (plan()): quantise,
     measure the pair, judge, record. `sweep` calls this for each of its candidates, as a
-    child run of the sweep's MLflow run (parent)."""
+    child run of the sweep's MLflow run (parent); a fanned-out sweep passes `measured`,
+    which hands over what a Ray task measured (or raises what it failed with)."""
     cfg, candidate, device = p.cfg, p.candidate_name, p.device
     (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json")))
     shutil.copyfile(cfg.resolve(cfg.gates), run_dir / POLICY_FILE)  # for `workbench gate`
@@ -376,14 +396,8 @@ def evaluate_planned(p: Plan, run_dir: Path, console: Console, remeasure: bool =
                             "load": cfg.workload.model_dump_json(),
                             "gates": str(cfg.resolve(cfg.gates)), "run_dir": str(run_dir)})
         try:
-            with stage("quantise", run_dir):
-                q = _quantize_stage(p, run_dir, console)
-            if p.candidate.recipe_file is not None and q.path:  # its format is known only now
-                unsupported = serving_problem(cfg, candidate, device, Path(q.path))
-                if unsupported:
-                    raise InputError(unsupported)
-            with stage("measure", run_dir):
-                base, cand, reused = _measure_pair(p, q, run_dir, console, remeasure)
+            q, base, cand, reused = (measured or functools.partial(
+                measure_planned, p, run_dir, console, remeasure))()
             with stage("record", run_dir):
                 rec = build_record(p, q, base, cand, run_dir,
                                    {"quantized_artifact": q.cache_hit, **reused}, tracker)

@@ -444,7 +444,29 @@ def parallelism_problems(cfg: RunConfig, device: str,
     if need > have:
         problems.append(f"{cfg.source}: engine: {shape}, but {have} are available "
                         f"({source})")
-    return problems
+    return problems + _head_split_problems(cfg)
+
+
+def _head_split_problems(cfg: RunConfig) -> list[str]:
+    """Tensor parallelism splits attention heads (and KV heads) evenly over the devices,
+    as vLLM requires: a size that does not divide them is refused now, not by the engine
+    minutes later."""
+    tp = cfg.engine.tensor_parallel_size
+    if tp == 1 or cfg.endpoints.baseline is not None and cfg.endpoints.candidate is not None:
+        return []
+    try:
+        config = read_json(cfg.model.resolved_path(cfg.base_dir) / "config.json")
+    except (InputError, OSError, ValueError):
+        return []  # the model's own check reports a missing or unreadable model
+    heads = config.get("num_attention_heads") if isinstance(config, dict) else None
+    kv = config.get("num_key_value_heads", heads) if isinstance(config, dict) else None
+    if isinstance(heads, int) and heads % tp:
+        return [f"{cfg.source}: engine.tensor_parallel_size: {tp} does not divide the "
+                f"model's {heads} attention heads (num_attention_heads in its config.json)"]
+    if isinstance(kv, int) and kv % tp and tp % kv:
+        return [f"{cfg.source}: engine.tensor_parallel_size: {tp} and the model's {kv} KV "
+                f"heads (num_key_value_heads) divide neither way"]
+    return []
 
 
 def endpoint_problems(cfg: RunConfig) -> list[str]:
@@ -580,15 +602,18 @@ def check_config(cfg: RunConfig, outputs: Outputs) -> None:
     problems.raise_any()
 
 
-def plan(cfg: RunConfig, candidate: str, outputs: Outputs, device: str | None = None) -> Plan:
-    """evaluate's check: every problem at once, or the plan of the run."""
+def plan(cfg: RunConfig, candidate: str, outputs: Outputs, device: str | None = None,
+         cluster: tuple[int, int, str] | None = None) -> Plan:
+    """evaluate's check: every problem at once, or the plan of the run (cluster: the
+    devices a Ray cluster offers, when the run's engines go there)."""
     device = device or detect_device()
     problems = Problems()
     problems.get(lambda: cfg.candidate(candidate))
     problems.raise_any()  # an unknown candidate makes the other checks meaningless
     policy, suites = suites_and_policy(cfg, problems)
     requests = problems.get(lambda: _profile_requests(cfg, cfg.load.profile))
-    config_problems(cfg, [candidate], device, True, outputs, profiles=[], problems=problems)
+    config_problems(cfg, [candidate], device, True, outputs, profiles=[], problems=problems,
+                    cluster=cluster)
     problems.raise_any()
     assert policy is not None and requests is not None
     return Plan(cfg, candidate, device, policy, suites, requests)

@@ -15,12 +15,14 @@ the front or recommended, whatever it costs: a broken model is often the cheapes
 
 from __future__ import annotations
 
+import functools
 import json
 import time
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from rich.console import Console
 from rich.markup import escape
@@ -28,6 +30,7 @@ from rich.table import Table
 
 from .config import RunConfig
 from .errors import EXIT_INFRA, EXIT_PROMOTE, EXIT_REJECT, InfraError, InputError
+from .fanout import Cluster, connect, fan_out, leave
 from .files import inside
 from .gates import Objective, QualityMeasure
 from .preflight import Outputs, Plan, check_candidates, plan
@@ -37,9 +40,10 @@ from .record import DecisionRecord, write_json
 from .sections import MlflowSection
 from .tracking import Tracker
 
-__all__ = ["SWEEP_SCHEMA_VERSION", "SweepRecord", "SweepRow", "rank", "run_sweep"]
+__all__ = ["SWEEP_SCHEMA_VERSION", "SweepRecord", "SweepRow", "generated_tokens", "rank",
+           "run_sweep"]
 
-SWEEP_SCHEMA_VERSION = 1
+SWEEP_SCHEMA_VERSION = 2  # 2: rows say which Ray task measured them; the cluster
 PARETO_PLOT = "pareto.png"
 HIGHER_IS_BETTER = {"throughput", "kv_capacity"}
 OBJECTIVE_LABEL = {"cost": "$ per million output tokens at the SLO",
@@ -83,6 +87,17 @@ class SweepRow:
     efficiency: float | None = None  # the objective's value
     on_front: bool = False
     dominated_by: list[str] = field(default_factory=list)
+    ray_task: RayTask | None = None  # where and when a fanned-out sweep measured it
+
+
+@dataclass
+class RayTask:
+    """The Ray task that quantised and measured a candidate (fanout.py)."""
+
+    node: str
+    devices: str  # the GPUs Ray gave it (CUDA_VISIBLE_DEVICES); "" on a CPU
+    started_at: float  # seconds since the epoch, on the task's node
+    ended_at: float
 
 
 @dataclass
@@ -110,6 +125,7 @@ class SweepRecord:
     wall_time_s: float = 0.0
     plots: dict[str, str] = field(default_factory=dict)
     mlflow: MlflowSection = field(default_factory=lambda: MlflowSection())
+    fanned_out: str | None = None  # the Ray cluster the candidates were measured on
     schema_version: int = SWEEP_SCHEMA_VERSION
 
     @property
@@ -281,17 +297,22 @@ class _Chosen:
     skipped: list[SweepRow]
 
 
-def _estimated_seconds(p: Plan, rate: float) -> float:
-    """Output tokens the candidate's evaluation generates, at the emulated rate."""
+def generated_tokens(p: Plan) -> int:
+    """Output tokens one model's evaluation generates at most: every generating suite's
+    items at their max_tokens, and the load test's requests at every level and round."""
     tokens = sum(len(s.sample(p.cfg.profile, p.cfg.seed)) * s.spec.max_tokens
                  for s in p.suites if s.spec.scoring not in ("choice", "logprobs", "lm-eval"))
-    tokens += sum(r.output_tokens for r in p.requests) * len(p.cfg.workload.levels) \
+    return tokens + sum(r.output_tokens for r in p.requests) * len(p.cfg.workload.levels) \
         * p.cfg.load.rounds
-    return tokens / rate
+
+
+def _estimated_seconds(p: Plan, rate: float) -> float:
+    """The candidate's evaluation at the emulated rate (a lower bound: prompts are free)."""
+    return generated_tokens(p) / rate
 
 
 def choose(cfg: RunConfig, names: list[str], outputs: Outputs, device: str,
-           include_slow: bool) -> _Chosen:
+           include_slow: bool, cluster: Cluster | None = None) -> _Chosen:
     """Every named candidate checked up front (exit 2 on a bad one, before any work);
     those this device cannot serve, or serves only by slow emulation, set aside."""
     check_candidates(cfg, names, outputs, serving=False)
@@ -304,7 +325,8 @@ def choose(cfg: RunConfig, names: list[str], outputs: Outputs, device: str,
             serving.append(name)
     plans = []
     for name in serving:
-        p = plan(cfg, name, outputs, device)
+        p = plan(cfg, name, outputs, device, cluster and (cluster.per_node, cluster.total,
+                                                          cluster.where))
         fmt = format_of_candidate(p.candidate)
         rate = emulated_rate(fmt, device) if fmt is not None else None
         if rate is not None and not include_slow:
@@ -318,12 +340,22 @@ def choose(cfg: RunConfig, names: list[str], outputs: Outputs, device: str,
 
 
 def run_sweep(cfg: RunConfig, names: list[str], runs_root: Path, console: Console,
-              include_slow: bool = False, remeasure: bool = False) -> SweepRecord:
+              include_slow: bool = False, remeasure: bool = False,
+              ray_address: str | None = None) -> SweepRecord:
+    """Every candidate against one baseline: here one after another, or with ray_address
+    (a cluster's address, or 'local' for this host) in parallel Ray tasks (fanout.py)."""
     from .pipeline import new_run_dir, tracker_for
     from .serve import detect_device
 
-    device = detect_device()
-    chosen = choose(cfg, names, Outputs(runs_dir=runs_root), device, include_slow)
+    outputs = Outputs(runs_dir=runs_root)
+    cluster = _join(cfg, names, outputs, ray_address) if ray_address else None
+    device = cluster.device if cluster else detect_device()
+    try:
+        chosen = choose(cfg, names, outputs, device, include_slow, cluster)
+    except BaseException:
+        if cluster is not None:
+            leave(cluster)
+        raise
     for row in chosen.skipped:
         console.print(f"[yellow]-[/] {escape(row.candidate)} skipped: {escape(row.reason)}")
     if not chosen.plans:
@@ -340,10 +372,16 @@ def run_sweep(cfg: RunConfig, names: list[str], runs_root: Path, console: Consol
     tags = {"kind": "sweep", "device": device,
             "candidates": ",".join(p.candidate_name for p in chosen.plans)}
     with tracker_for(cfg, "sweep", tags, console) as tracker:
-        for i, p in enumerate(chosen.plans, 1):
-            console.rule(f"candidate {i} of {len(chosen.plans)}: {p.candidate_name}")
-            rows.append(_evaluate_one(p, inside(sweep_dir, p.candidate_name), console,
-                                      remeasure, tracker, objective, quality))
+        if cluster is None:
+            for i, p in enumerate(chosen.plans, 1):
+                console.rule(f"candidate {i} of {len(chosen.plans)}: {p.candidate_name}")
+                rows.append(_evaluate_one(p, inside(sweep_dir, p.candidate_name), console,
+                                          remeasure, tracker, objective, quality))
+        else:
+            rows += fan_out(chosen.plans, cluster, remeasure, console, lambda p, m, task: (
+                replace(_evaluate_one(p, inside(sweep_dir, p.candidate_name), console,
+                                      remeasure, tracker, objective, quality, m),
+                        ray_task=RayTask(**task))))
         rows += chosen.skipped
         front, recommendation = rank(rows, objective)
         record = SweepRecord(
@@ -356,7 +394,8 @@ def run_sweep(cfg: RunConfig, names: list[str], runs_root: Path, console: Consol
             created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
             wall_time_s=round(time.perf_counter() - started, 1),
             mlflow={"tracking_uri": tracker.uri, "run_id": tracker.run_id,
-                    "experiment_id": tracker.experiment_id, "ui": tracker.ui_link()})
+                    "experiment_id": tracker.experiment_id, "ui": tracker.ui_link()},
+            fanned_out=cluster.where if cluster else None)
         write_sweep(sweep_dir, record)
         _log_sweep(tracker, record, sweep_dir)
     record.mlflow.update(tracker.status())  # type: ignore[typeddict-item]
@@ -365,14 +404,29 @@ def run_sweep(cfg: RunConfig, names: list[str], runs_root: Path, console: Consol
     return record
 
 
+def _join(cfg: RunConfig, names: list[str], outputs: Outputs, address: str) -> Cluster:
+    """The Ray cluster a fanned-out sweep runs on, joined after the checks that need no
+    device (a bad config is exit 2 before Ray is touched)."""
+    if cfg.endpoints.baseline is not None or cfg.endpoints.candidate is not None:
+        raise InputError(f"{cfg.source}: endpoints: a sweep fanned out on Ray measures what "
+                         "it serves itself (an endpoint's key would travel in Ray's task "
+                         "environment); run it without --ray-address")
+    check_candidates(cfg, names, outputs, serving=False)
+    return connect(address)
+
+
 def _evaluate_one(p: Plan, run_dir: Path, console: Console, remeasure: bool,
-                  parent: Tracker, objective: Objective, quality: QualityMeasure) -> SweepRow:
+                  parent: Tracker, objective: Objective, quality: QualityMeasure,
+                  measured_in: Callable[[Path], Any] | None = None) -> SweepRow:
+    """measured_in: what a Ray task measured, handed over into run_dir (fanout.py);
+    None: measured here."""
     from .pipeline import evaluate_planned  # the same stages as evaluate, not a copy
 
     run_dir.mkdir()
     started = time.perf_counter()
+    handed = functools.partial(measured_in, run_dir) if measured_in is not None else None
     try:
-        rec = evaluate_planned(p, run_dir, console, remeasure, parent=parent)
+        rec = evaluate_planned(p, run_dir, console, remeasure, parent=parent, measured=handed)
     except InputError as err:  # found only after building (a recipe_file's format)
         return SweepRow(p.candidate_name, "skipped", str(err), run_dir=str(run_dir))
     except InfraError as err:
