@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Set up what the tests need on top of the main job's setup, idempotently: the test-only
 # packages (requirements/test.txt) in the engine environment, and, when run as root on
-# Debian, Chromium for the test that opens the MLflow UI (elsewhere that test is skipped
-# and says why). scripts/test.sh runs this; the main job's scripts/setup.sh does not.
+# Debian, Chromium for the test that opens the MLflow UI and PostgreSQL for the tests of a
+# shared tracking server (elsewhere those tests are skipped and say why). scripts/test.sh runs this; the main job's scripts/setup.sh does not.
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 home=${HOME:-$(getent passwd "$(id -u)" | cut -d: -f6)}
@@ -22,4 +22,10 @@ if ! command -v chromium >/dev/null && [[ $(id -u) -eq 0 ]] && command -v apt-ge
   say "installing Chromium (Debian's package) for the MLflow UI test, once"
   { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } \
     >"$cache/chromium.log" 2>&1 || say "Chromium not installed (see $cache/chromium.log)"
+fi
+if ! command -v pg_config >/dev/null && ! ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 \
+    && [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null; then
+  say "installing PostgreSQL (Debian's package) for the shared tracking server tests, once"
+  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql; } \
+    >"$cache/postgresql.log" 2>&1 || say "PostgreSQL not installed (see $cache/postgresql.log)"
 fi

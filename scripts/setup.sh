@@ -52,6 +52,15 @@ ensure_env engine "$repo/requirements/engine-$device.txt"
 ensure_env quant "$repo/requirements/quant.txt"
 engine="$cache/envs/engine"
 
+# Beyond one machine (Ray, psycopg): on top of the engine environment, keyed by the file's
+# digest like the test requirements, so adding them does not rebuild vLLM's environment.
+cluster_marker="$engine/.cluster-requirements-$(digest "$repo/requirements/cluster.txt")"
+if [[ ! -f "$cluster_marker" ]]; then
+  say "installing requirements/cluster.txt (Ray, psycopg) into $engine"
+  "$engine/bin/pip" install -q -r "$repo/requirements/cluster.txt" 2>&1 | quiet_pip
+  touch "$cluster_marker"
+fi
+
 # The workbench itself: an editable install pointing at this checkout (cheap,
 # so it is redone every time and follows whichever clone ran setup last).
 # Its setuptools warnings are noise, so the log is shown only when the install fails.
