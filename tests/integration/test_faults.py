@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from workbench.paths import cache_root, engine_python
+from workbench.paths import cache_root
 
 pytestmark = pytest.mark.integration
 
@@ -243,51 +243,28 @@ def test_sigkill_during_quantisation_then_corrupted_caches_then_two_runs_at_once
     no_process_left(ENGINE, "workbench/quantize/worker.py")
 
 
-def _mlflow_server(tmp_path: Path, port: int) -> subprocess.Popen:
-    store = tmp_path / "server"
-    store.mkdir(exist_ok=True)
-    mlflow_bin = Path(engine_python()).with_name("mlflow")
-    proc = subprocess.Popen(
-        [str(mlflow_bin), "server", "--host", "127.0.0.1", "--port", str(port),
-         "--backend-store-uri", f"sqlite:///{store / 'mlflow.db'}",
-         "--default-artifact-root", str(store / "artifacts"), "--workers", "1"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    import httpx
-
-    deadline = time.time() + 120
-    while time.time() < deadline:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
-                return proc
-        except httpx.HTTPError:
-            time.sleep(0.5)
-    os.killpg(proc.pid, signal.SIGKILL)
-    pytest.fail("mlflow server did not start")
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    proc.wait()
-
-
 def test_tracking_server_lost_mid_run_does_not_decide_the_exit_code(
         tiny_model: Path, tmp_path: Path) -> None:
+    """As a team deploys it: `mlflow server` on PostgreSQL, artifacts proxied by the server.
+    Lost mid-run, the run goes on and decides locally; back, `workbench log` sends the
+    finished folder, and the run, its nested runs, the registry and the artifacts are
+    there, in the database and the server's artifact store."""
+    from servers import mlflow_server, postgres, stop
+
     from workbench.serve import free_port
 
     cfg = project(tmp_path, tiny_model, name="tiny-mlflow")
     port = free_port()
     uri = f"http://127.0.0.1:{port}"
-    server = _mlflow_server(tmp_path, port)
-    try:
-        proc = start(cfg, "aa", tmp_path, env={"MLFLOW_TRACKING_URI": uri})
-        wait_for(lambda: list((tmp_path / "runs").glob("*/baseline/items-arithmetic.jsonl")),
-                 proc, what="the first suite")
-        _stop(server)  # the server is lost while the run measures
-        lost_at = time.monotonic()
-        code, out, err = finish(proc)
+    artifacts = tmp_path / "server" / "artifacts"
+    with postgres() as pg:
+        with mlflow_server(pg.uri(), artifacts, port) as (_, server):
+            proc = start(cfg, "aa", tmp_path, env={"MLFLOW_TRACKING_URI": uri})
+            wait_for(lambda: list((tmp_path / "runs").glob("*/baseline/items-arithmetic.jsonl")),
+                     proc, what="the first suite")
+            stop(server, grace_s=0)  # the server is lost while the run measures
+            lost_at = time.monotonic()
+            code, out, err = finish(proc)
         report(f"tracking server lost mid-run: exit {code}, {time.monotonic() - lost_at:.1f}s "
                "from the loss to the end of the run")
         assert code in (0, 1), out + err
@@ -299,20 +276,37 @@ def test_tracking_server_lost_mid_run_does_not_decide_the_exit_code(
         assert "log_metrics" in record["mlflow"]["not_logged"]
         assert "MLflow lost" in out and "workbench log" in out
 
-        server = _mlflow_server(tmp_path, port)  # back: log the run from its folder
-        logged = subprocess.run([sys.executable, "-m", "workbench.cli", "log", str(run_dir)],
-                                cwd=tmp_path, capture_output=True, text=True, timeout=300,
-                                env={**os.environ, "MLFLOW_TRACKING_URI": uri})
-        assert logged.returncode == 0, logged.stdout + logged.stderr
-        record = json.loads((run_dir / "decision.json").read_text())
-        assert record["mlflow"]["status"] == "complete" and "logged_later" in record["mlflow"]
-        import mlflow
+        with mlflow_server(pg.uri(), artifacts, port):  # back: log the run from its folder
+            logged = subprocess.run([sys.executable, "-m", "workbench.cli", "log",
+                                     str(run_dir)], cwd=tmp_path, capture_output=True,
+                                    text=True, timeout=300,
+                                    env={**os.environ, "MLFLOW_TRACKING_URI": uri})
+            assert logged.returncode == 0, logged.stdout + logged.stderr
+            record = json.loads((run_dir / "decision.json").read_text())
+            assert record["mlflow"]["status"] == "complete"
+            assert "logged_later" in record["mlflow"]
+            import mlflow
 
-        mlflow.set_tracking_uri(uri)
-        run = mlflow.get_run(record["mlflow"]["run_id"])
-        assert run.data.tags["decision"] == record["decision"]
-        assert "candidate.arithmetic.accuracy" in run.data.metrics
-    finally:
-        _stop(server)
+            mlflow.set_tracking_uri(uri)
+            client = mlflow.MlflowClient()
+            run_id = record["mlflow"]["run_id"]
+            run = client.get_run(run_id)
+            assert run.data.tags["decision"] == record["decision"]
+            assert "candidate.arithmetic.accuracy" in run.data.metrics
+            nested = mlflow.search_runs(experiment_ids=[run.info.experiment_id],
+                                        filter_string=f"tags.mlflow.parentRunId = '{run_id}'",
+                                        output_format="list")
+            assert sorted(r.data.tags["role"] for r in nested) == ["baseline", "candidate"]
+            assert "decision.json" in {a.path for a in client.list_artifacts(run_id)}
+            assert run.info.artifact_uri.startswith("mlflow-artifacts:")
+            version = record["mlflow"]["registry"]["version"]
+            assert client.get_model_version("tiny-mlflow", version).tags["decision"] == \
+                record["decision"]
+        # in the database and the server's artifact store themselves
+        assert pg.query(f"select status from runs where run_uuid = '{run_id}'") == \
+            [("FINISHED",)]
+        assert pg.query("select count(*) from model_versions where name = 'tiny-mlflow'"
+                        )[0][0] >= 1
+        assert any(p.name == "decision.json" for p in artifacts.rglob("*"))
     shutil.rmtree(tmp_path / "server", ignore_errors=True)
     no_process_left(ENGINE)

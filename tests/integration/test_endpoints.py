@@ -1,0 +1,135 @@
+"""Endpoint mode through real vLLM servers the test starts on loopback: the baseline behind
+an API key, the candidate open, the same tiny model on both (an A/A across deployments).
+
+Nothing is quantised or served by the workbench; what the endpoints offer is read and
+recorded, what they cannot give (weights on disk, peak process memory, cold start) is
+listed, and the gate that needs one of those figures fails closed, naming it, until a
+policy marks it not applicable at endpoints. The key reaches the keyed server only and is
+in no file, log, record, console line or MLflow entry.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from servers import vllm_endpoint
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+
+CONFIG = """
+model: {{name: tiny-llama, path: {model}}}   # its tokenizer: the endpoints serve the weights
+candidates:
+  deployed: {{recipe: none}}                 # what the candidate endpoint is declared to serve
+calibration:
+  files: [{repo}/calibration_data/shakespeare_milton.jsonl]
+engine: {{max_model_len: 512, enforce_eager: true, kv_cache_space_gib: 1}}
+suites: [arithmetic, heldout-text]
+profile: smoke
+load:
+  profile: tiny
+  rounds: 1
+  profiles:
+    tiny: {{concurrency: [1], num_prompts: 4, prompt_tokens: 32, output_tokens: 8,
+           warmup_prompts: 1, slo: {{ttft_p99_ms: 60000, tpot_p99_ms: 60000}}}}
+gates: gates.yaml
+tracking: {{experiment: endpoints}}
+endpoints:
+  baseline: {{url: http://127.0.0.1:9, api_key_env: WB_BASELINE_KEY, devices: 2}}
+"""
+GATES = """
+fidelity:
+  - {suite: heldout-text, max_kl_mean: 0.05, min_top1_agreement: 0.9}
+memory:
+  - {metric: kv_cache_tokens, min_ratio: 1.0}
+  - {metric: weights_bytes, max_ratio: 1.0}
+"""
+
+
+def workbench(*args: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "workbench.cli", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=1200)
+
+
+def test_endpoints_with_and_without_a_key(tiny_model: Path, tmp_path: Path) -> None:
+    key = "sk-wb-" + secrets.token_hex(12)
+    (tmp_path / "gates.yaml").write_text(GATES)
+    (tmp_path / "lenient.yaml").write_text(GATES.replace(
+        "max_ratio: 1.0}", "max_ratio: 1.0, at_endpoints: not_applicable}"))
+    config = tmp_path / "endpoints.yaml"
+    config.write_text(CONFIG.format(model=tiny_model, repo=REPO))
+    env = {k: v for k, v in os.environ.items() if k != "WB_BASELINE_KEY"}
+    with vllm_endpoint(tiny_model, "tiny-keyed", tmp_path / "keyed.log", api_key=key) as keyed, \
+            vllm_endpoint(tiny_model, "tiny-open", tmp_path / "open.log") as open_url:
+        sides = ("--baseline-endpoint", keyed, "--candidate-endpoint", open_url)
+        evaluate = ("evaluate", "--config", str(config), "--candidate", "deployed",
+                    "--runs-dir", "runs", *sides)
+
+        # 1. without the key, and with a wrong one: exit 2 before anything is measured
+        missing = workbench(*evaluate, cwd=tmp_path, env=env)
+        assert missing.returncode == 2, missing.stdout + missing.stderr
+        assert "endpoints.baseline.api_key_env: api_key_env names WB_BASELINE_KEY, which " \
+               "is not set" in missing.stderr
+        wrong = workbench(*evaluate, cwd=tmp_path, env={**env, "WB_BASELINE_KEY": "nope"})
+        assert wrong.returncode == 2
+        assert f"endpoints.baseline.url: {keyed}/v1/models refused the key from " \
+               "$WB_BASELINE_KEY" in wrong.stderr
+        assert not (tmp_path / "runs").exists()
+
+        # 2. with it: both sides measured where they are served
+        run = workbench(*evaluate, cwd=tmp_path, env={**env, "WB_BASELINE_KEY": key})
+    out = run.stdout + run.stderr
+    assert run.returncode == 1, out
+    run_dir = next((tmp_path / "runs").glob("*-deployed"))
+    record = json.loads((run_dir / "decision.json").read_text())
+    from workbench.schemas.decision import validate_record
+
+    validate_record(record)
+    eps = record["endpoints"]
+    assert eps["baseline"]["auth"] == "bearer token from $WB_BASELINE_KEY"
+    assert eps["candidate"]["auth"] == "none"
+    assert (eps["baseline"]["model"], eps["candidate"]["model"]) == ("tiny-keyed", "tiny-open")
+    assert eps["baseline"]["version"] and eps["baseline"]["url"] == keyed
+    assert {"weights_bytes", "peak_engine_rss_bytes", "cold_start_s"} <= set(
+        eps["candidate"]["unmeasured"])
+    assert record["quantization"]["source"] == "endpoint" and record["model"][
+        "candidate_path"] == ""
+    room = record["headroom"]
+    assert room["baseline"]["weights_bytes"] is None
+    assert room["candidate"]["peak_engine_rss_bytes"] is None
+    assert room["candidate"]["kv_cache_tokens"] > 0  # read from the endpoint's /metrics
+    assert record["engine"]["cold_start"] == {}  # no engine was started here
+    # cost for every device the deployment holds: the baseline declares two
+    assert record["cost"]["baseline"]["devices"] == 2
+    assert record["cost"]["baseline"]["price_per_hour"] == pytest.approx(
+        2 * record["cost"]["baseline"]["price_per_device_hour"])
+    gates = {g["gate"]: g for g in record["gates"]}
+    assert gates["fidelity:heldout-text:kl_mean"]["status"] == "pass"  # the same weights
+    assert gates["memory:kv_cache_tokens:min_ratio"]["status"] == "pass"
+    weights = gates["memory:weights_bytes:max_ratio"]
+    assert weights["status"] == "fail" and "weights_bytes cannot be measured at the " \
+        "baseline and candidate's endpoint (fail closed" in weights["detail"]
+    assert record["decision"] == "reject"
+    assert "not measurable there: cold_start_s" in out
+
+    # 3. a policy that accepts it: the same measurements promote
+    regated = workbench("gate", str(run_dir), "--policy", str(tmp_path / "lenient.yaml"),
+                        cwd=tmp_path, env=env)
+    assert regated.returncode == 0, regated.stdout + regated.stderr
+    assert "not_applicable" in json.dumps(json.loads(
+        (run_dir / "gate-lenient" / "decision.json").read_text())["gates"])
+
+    # 4. the key is nowhere the workbench wrote, printed or logged (MLflow's store too)
+    written = [f for f in tmp_path.rglob("*") if f.is_file()
+               and f.name not in ("keyed.log", "open.log")]  # the servers' own logs
+    assert any(f.name == "mlflow.db" for f in written)
+    leaked = [str(f) for f in written if key.encode() in f.read_bytes()]
+    assert leaked == [], f"the API key was written to {leaked}"
+    assert key not in out + missing.stdout + missing.stderr + wrong.stdout + wrong.stderr
