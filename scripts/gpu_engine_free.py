@@ -67,7 +67,17 @@ def dense_logprobs(model_dir: Path, texts: list[str], seq_len: int, device: str)
 
     tok = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16).to(device)
-    model.eval()
+    out = passage_logprobs(model.eval(), tok, texts, device, seq_len)
+    del model
+    if device == "cuda":
+        torch.cuda.empty_cache()
+    return out
+
+
+def passage_logprobs(model, tok, texts: list[str], device: str, seq_len: int):
+    """A loaded model's log-softmax at each position of each passage, and the targets."""
+    import torch
+
     out = []
     with torch.inference_mode():
         for text in texts:
@@ -75,9 +85,6 @@ def dense_logprobs(model_dir: Path, texts: list[str], seq_len: int, device: str)
                       ).input_ids.to(device)
             logits = model(ids).logits[0, :-1].float()
             out.append((torch.log_softmax(logits, dim=-1), ids[0, 1:]))
-    del model
-    if device == "cuda":
-        torch.cuda.empty_cache()
     return out
 
 
