@@ -62,6 +62,13 @@ def connect(address: str) -> Cluster:
     import ray
 
     local = address == "local"
+    if not local:
+        silent = _unanswered(address)
+        if silent:
+            # ray.init would retry for minutes before giving up
+            raise InputError(f"--ray-address {address}: nothing answers there ({silent}); "
+                             "give a running cluster's head (host:port or ray://host:10001), "
+                             "or 'local' to start Ray on this host")
     try:
         if local:
             ray.init(include_dashboard=False, _node_ip_address="127.0.0.1",
@@ -77,6 +84,24 @@ def connect(address: str) -> Cluster:
     per_node = [int(r.get(kind, 0)) for r in nodes]
     return Cluster(address, "cuda" if kind == "GPU" else "cpu", max(per_node, default=0),
                    sum(per_node), local)
+
+
+def _unanswered(address: str, timeout_s: float = 5.0) -> str | None:
+    """Why the head at address cannot be reached over TCP, or None."""
+    import socket
+    from urllib.parse import urlparse
+
+    if address == "auto":
+        return None
+    hostport = urlparse(address).netloc if "://" in address else address
+    host, _, port = hostport.rpartition(":")
+    if not host or not port.isdigit():
+        return "not host:port"
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout_s):
+            return None
+    except OSError as err:
+        return err.strerror or type(err).__name__
 
 
 def leave(cluster: Cluster) -> None:

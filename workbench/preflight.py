@@ -564,8 +564,8 @@ def config_problems(cfg: RunConfig, candidates: list[str], device: str, serving:
     problems.run(lambda: engine_args_problems(cfg, candidates))
     if serving:
         problems.run(lambda: parallelism_problems(cfg, device, cluster))
+    if tracking:  # the commands that judge (evaluate, sweep, validate) ask the endpoints
         problems.run(lambda: endpoint_problems(cfg))
-    if tracking:
         problems.run(lambda: tracking_problems(cfg))
     problems.extend(check_outputs(outputs))
     return problems

@@ -189,3 +189,47 @@ def test_a_memory_figure_an_endpoint_cannot_give_fails_closed_unless_marked() ->
                                             at_endpoints="not_applicable")])
     (outcome,) = evaluate_gates(lenient, ev, 0)
     assert outcome.status == "not_applicable"
+
+
+def test_a_sweep_refuses_a_ray_address_nothing_answers_at_before_any_work(tmp_path: Path
+                                                                          ) -> None:
+    cfg = config_with(tmp_path, "")
+    for address, why in (("127.0.0.1:1", "nothing answers there (Connection refused)"),
+                         ("head-without-port", "nothing answers there (not host:port)")):
+        result = run("sweep", "--config", str(cfg), "--candidate", "int4", "--ray-address",
+                     address, "--runs-dir", str(tmp_path / "runs"))
+        assert result.exit_code == 2, result.output
+        assert f"--ray-address {address}: {why}" in result.output
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_sweep_on_ray_refuses_endpoints_whose_keys_would_travel(tmp_path: Path) -> None:
+    cfg = config_with(tmp_path, "", "endpoints:\n  baseline: {url: 'http://127.0.0.1:9', "
+                                    "api_key_env: WB_TEST_KEY}\n")
+    result = run("sweep", "--config", str(cfg), "--candidate", "int4", "--ray-address",
+                 "local", "--runs-dir", str(tmp_path / "runs"))
+    assert result.exit_code == 2
+    assert "a sweep fanned out on Ray measures what it serves itself" in result.output
+
+
+def test_a_task_folder_travels_as_bytes_and_cannot_escape_where_it_lands(tmp_path: Path
+                                                                        ) -> None:
+    import io
+    import tarfile
+
+    from workbench.fanout import pack, unpack
+
+    src = tmp_path / "task"
+    (src / "candidate").mkdir(parents=True)
+    (src / "candidate" / "measurement.json").write_text('{"x": 1}')
+    unpack(pack(src), tmp_path / "driver")
+    assert (tmp_path / "driver" / "candidate" / "measurement.json").read_text() == '{"x": 1}'
+    evil = io.BytesIO()
+    with tarfile.open(fileobj=evil, mode="w:gz") as tar:
+        data = b"owned"
+        info = tarfile.TarInfo("../escaped.txt")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    with pytest.raises(tarfile.OutsideDestinationError):
+        unpack(evil.getvalue(), tmp_path / "driver2")
+    assert not (tmp_path / "escaped.txt").exists()
