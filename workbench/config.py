@@ -210,6 +210,15 @@ class EngineConfig(_Strict):
     request_timeout_s: float = Field(default=300, gt=0)
     extra_args: list[str] = Field(default_factory=list)
 
+    def identity(self) -> dict[str, Any]:
+        """What a measurement on this engine depends on, for cache keys: every field, less
+        the parallel ones while they are at their defaults (one device, vLLM's executor),
+        so measurements cached before they existed, on exactly that engine, stay valid."""
+        defaults = {"tensor_parallel_size": 1, "pipeline_parallel_size": 1,
+                    "data_parallel_size": 1, "distributed_executor_backend": None}
+        return {k: v for k, v in self.model_dump().items()
+                if k not in defaults or v != defaults[k]}
+
     @property
     def devices(self) -> int:
         """Devices (GPUs; CPU ranks on a CPU) one engine holds: tensor x pipeline x data."""

@@ -86,7 +86,7 @@ class Measurement:
 def baseline_key(cfg: RunConfig, model_digest: str, suites: list[Suite], device: str,
                  engine_version: str, requests: list[Request]) -> str:
     return sha256_json({
-        "model": model_digest, "engine": cfg.engine.model_dump(), "device": device,
+        "model": model_digest, "engine": cfg.engine.identity(), "device": device,
         "engine_version": engine_version, "profile": cfg.profile, "seed": cfg.seed,
         "suites": {s.name: s.digest for s in suites}, "sampling": SAMPLING,
         "load": cfg.workload.model_dump(), "requests": [asdict(r) for r in requests],

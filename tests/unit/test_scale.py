@@ -233,3 +233,11 @@ def test_a_task_folder_travels_as_bytes_and_cannot_escape_where_it_lands(tmp_pat
     with pytest.raises(tarfile.OutsideDestinationError):
         unpack(evil.getvalue(), tmp_path / "driver2")
     assert not (tmp_path / "escaped.txt").exists()
+
+
+def test_cached_measurements_stay_keyed_as_before_on_one_device() -> None:
+    one = EngineConfig()
+    assert "tensor_parallel_size" not in one.identity()
+    assert one.identity() == {k: v for k, v in one.model_dump().items()
+                              if "parallel" not in k and "executor" not in k}
+    assert EngineConfig(tensor_parallel_size=2).identity()["tensor_parallel_size"] == 2
