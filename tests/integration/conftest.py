@@ -65,6 +65,27 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+@pytest.fixture()
+def broken_model(tiny_model: Path, tmp_path: Path) -> Path:
+    """The tiny model with its weights scrambled: a candidate every fidelity gate must
+    reject."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    out = tmp_path / "broken"
+    shutil.copytree(tiny_model, out)
+    weights = load_file(out / "model.safetensors")
+    generator = torch.Generator().manual_seed(0)
+    # Rows of every matrix shuffled, and the (tied) embeddings scaled up: a random model's
+    # next-token distribution is nearly flat, so shuffling alone barely moves it (KL ~0);
+    # sharper logits make the damage visible, as it would be on a trained model.
+    scrambled = {name: w[torch.randperm(w.shape[0], generator=generator)]
+                 if w.dim() == 2 and "embed" not in name else w for name, w in weights.items()}
+    scrambled = {name: w * 30 if "embed" in name else w for name, w in scrambled.items()}
+    save_file(scrambled, out / "model.safetensors", metadata={"format": "pt"})
+    return out
+
+
 def run_workbench(*args: str, cwd: Path, timeout: float = 1200) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "workbench.cli", *args], cwd=cwd,
                           capture_output=True, text=True, timeout=timeout, env=os.environ)

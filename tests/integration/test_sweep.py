@@ -1,11 +1,14 @@
 """A sweep on the tiny model through the real engine: a candidate identical to the
-baseline (A/A), int4 and a broken one (weights scrambled).
+baseline (A/A), int4 and a broken one (weights scrambled). The model is named by a hub repo
+id, resolved offline from a hub cache the test lays out.
 
 The A/A candidate is promoted; the broken one is rejected, names the gate it failed, and
 is never on the front nor recommended. The sweep is interrupted once and resumes
 measuring only what is missing; run again with nothing changed it measures nothing and
 reproduces the same sweep record. MLflow holds a parent run with a child per candidate and
-the recommended version's alias, and the UI shows them.
+the recommended version's alias, and the UI shows them. Then the A/A and the broken
+candidate fanned out on Ray (a local head, two tasks in parallel) reach the serial sweep's
+decisions, logged to a shared MLflow server on PostgreSQL.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -28,7 +32,7 @@ REPO = Path(__file__).resolve().parents[2]
 ENGINE = "vllm.entrypoints.openai.api_server"
 
 CONFIG = """
-model: {{name: tiny-llama, path: {model}}}
+model: {{name: tiny-llama, path: acme/tiny-llama}}  # from the hub cache, offline
 candidates:
   same: {{recipe: none}}              # the baseline's own weights and engine arguments: A/A
   int4: {{recipe: w4a16, group_size: 64}}
@@ -63,25 +67,17 @@ memory:
 sweep: {objective: cost, quality: top1_agreement}
 """
 CANDIDATES = ("--candidate", "same", "--candidate", "int4", "--candidate", "broken")
+COMMIT = "5f1e8d3c2b4a69788796a5b4c3d2e1f0a9b8c7d6"
 
 
-@pytest.fixture()
-def broken_model(tiny_model: Path, tmp_path: Path) -> Path:
-    import torch
-    from safetensors.torch import load_file, save_file
-
-    out = tmp_path / "broken"
-    shutil.copytree(tiny_model, out)
-    weights = load_file(out / "model.safetensors")
-    generator = torch.Generator().manual_seed(0)
-    # Rows of every matrix shuffled, and the (tied) embeddings scaled up: a random model's
-    # next-token distribution is nearly flat, so shuffling alone barely moves it (KL ~0);
-    # sharper logits make the damage visible, as it would be on a trained model.
-    scrambled = {name: w[torch.randperm(w.shape[0], generator=generator)]
-                 if w.dim() == 2 and "embed" not in name else w for name, w in weights.items()}
-    scrambled = {name: w * 30 if "embed" in name else w for name, w in scrambled.items()}
-    save_file(scrambled, out / "model.safetensors", metadata={"format": "pt"})
-    return out
+def hub_cache(model: Path, root: Path) -> Path:
+    """The layout huggingface_hub keeps (models--org--name/refs/main -> snapshots/<commit>),
+    holding the tiny model as the hub's acme/tiny-llama."""
+    repo = root / "models--acme--tiny-llama"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(COMMIT)
+    shutil.copytree(model, repo / "snapshots" / COMMIT)
+    return root
 
 
 def sweep(tmp_path: Path, config: Path) -> subprocess.Popen:
@@ -111,11 +107,14 @@ def comparable(record: dict) -> str:
     return json.dumps({**kept, "rows": rows}, sort_keys=True)
 
 
-def test_sweep_ranks_rejects_the_broken_resumes_and_reproduces(
-        tiny_model: Path, broken_model: Path, tmp_path: Path) -> None:
+def test_sweep_ranks_rejects_the_broken_resumes_reproduces_and_fans_out(
+        tiny_model: Path, broken_model: Path, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "gates.yaml").write_text(GATES)
     config = tmp_path / "sweep.yaml"
-    config.write_text(CONFIG.format(model=tiny_model, broken=broken_model, repo=REPO))
+    config.write_text(CONFIG.format(broken=broken_model, repo=REPO))
+    monkeypatch.setenv("HF_HUB_CACHE", str(hub_cache(tiny_model, tmp_path / "hub")))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
 
     # 1. interrupted once the A/A candidate is done, while int4 is being built
     proc = sweep(tmp_path, config)
@@ -163,6 +162,8 @@ def test_sweep_ranks_rejects_the_broken_resumes_and_reproduces(
     for name in ("same", "int4", "broken"):  # each with its own decision record
         decision = json.loads((folder / name / "decision.json").read_text())
         assert decision["decision"] == rows[name]["decision"]
+        assert decision["model"]["hub"] == {"repo_id": "acme/tiny-llama", "revision": "main",
+                                            "commit": COMMIT}
 
     # 3. run again with nothing changed: nothing measured, the same sweep record
     code, out = finish(sweep(tmp_path, config))
@@ -173,6 +174,9 @@ def test_sweep_ranks_rejects_the_broken_resumes_and_reproduces(
     assert not find_pids(ENGINE)
 
     check_mlflow(tmp_path, again)
+
+    # 4. fanned out on Ray, logged to a shared tracking server: the serial decisions
+    fanned_out(tmp_path, config, {r["candidate"]: r["decision"] for r in again["rows"]})
 
 
 def check_mlflow(tmp_path: Path, record: dict) -> None:
@@ -210,3 +214,75 @@ def check_mlflow(tmp_path: Path, record: dict) -> None:
                            [parent.info.run_id, *(r.info.run_id for r in children)])
     assert "tiny-llama:sweep" in dom and "tiny-llama:broken" in dom
     assert ">reject<" in dom and ">promote<" in dom  # the decision tags, side by side
+
+
+def fanned_out(tmp_path: Path, config: Path, serial: dict[str, str]) -> None:
+    """The A/A and the broken candidate measured at once as Ray tasks on a local head
+    (two CPUs, one per task), in a private network namespace (Ray's servers bind every
+    interface; there they are reachable from this machine only), logged to an MLflow
+    server on PostgreSQL with proxied artifacts in the same namespace."""
+    from servers import mlflow_server, postgres, private_network
+
+    from workbench.paths import engine_python
+    from workbench.serve import free_port
+
+    ray = str(engine_python().with_name("ray"))
+    raytmp = Path(tempfile.mkdtemp(prefix="wb-ray-"))  # Ray's socket paths must stay short
+    port = free_port()
+    with private_network(f"wb-sweep-{os.getpid()}") as inside, \
+            postgres(netns=inside[-1]) as pg, \
+            mlflow_server(pg.uri(), tmp_path / "shared" / "artifacts", netns=inside[-1]
+                          ) as (url, _):
+        env = {**os.environ, "RAY_TMPDIR": str(raytmp), "MLFLOW_TRACKING_URI": url}
+        subprocess.run(inside + [ray, "start", "--head", "--port", str(port), "--num-cpus",
+                                 "2", "--num-gpus", "0", "--include-dashboard", "false",
+                                 "--disable-usage-stats"],
+                       env=env, check=True, capture_output=True, timeout=180)
+        try:
+            run = subprocess.run(
+                inside + [sys.executable, "-m", "workbench.cli", "sweep", "--config",
+                          str(config), "--candidate", "same", "--candidate", "broken",
+                          "--runs-dir", "runs", "--ray-address", f"127.0.0.1:{port}",
+                          "--remeasure"],
+                cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1500)
+        finally:
+            subprocess.run(inside + [ray, "stop", "--force"], env=env, capture_output=True,
+                           timeout=120)
+        out = run.stdout + run.stderr
+        assert run.returncode == 0, out
+        assert out.count("measured in a Ray task") == 2
+        record = json.loads((newest_sweep(tmp_path) / "sweep.json").read_text())
+        from workbench.schemas.sweep import validate_sweep
+
+        validate_sweep(record)
+        assert record["fanned_out"] == f"the Ray cluster at 127.0.0.1:{port}"
+        rows = {r["candidate"]: r for r in record["rows"]}
+        assert {n: r["decision"] for n, r in rows.items()} == {
+            n: serial[n] for n in ("same", "broken")}
+        assert all(r["measured_now"] for r in rows.values())
+        tasks = [rows[n]["ray_task"] for n in ("same", "broken")]
+        assert max(t["started_at"] for t in tasks) < min(t["ended_at"] for t in tasks), \
+            "the two candidates' tasks did not run at the same time"
+        assert record["recommendation"]["candidate"] == "same"
+
+        check = subprocess.run(
+            inside + [sys.executable, str(Path(__file__).with_name("mlflow_check.py")), url,
+                      "sweep", record["mlflow"]["run_id"], "tiny-llama", str(pg.port)],
+            env=env, capture_output=True, text=True, timeout=300)
+        assert check.returncode == 0, check.stderr
+        found = json.loads(check.stdout)
+    assert found["children"] == {"same": "promote", "broken": "reject"}
+    assert found["nested"] == {"same": ["baseline", "candidate"],
+                               "broken": ["baseline", "candidate"]}
+    assert {"sweep.json", "sweep.md", "pareto.png"} <= set(found["parent_artifacts"])
+    assert "decision.json" in found["child_artifacts"]["same"]
+    assert found["artifact_uri"].startswith("mlflow-artifacts:")  # proxied by the server
+    assert found["recommended"].get("candidate") == "same"
+    assert {t.get("decision") for t in found["versions"].values()} >= {"promote", "reject"}
+    assert found["postgres_runs"] >= 7  # parent, two children, a nested run per model each
+    assert found["postgres_versions"] >= 2
+    stored = {p.name for p in (tmp_path / "shared" / "artifacts").rglob("*") if p.is_file()}
+    assert {"sweep.json", "decision.json"} <= stored  # the server stored what it was sent
+    assert not find_pids("raylet") and not find_pids("gcs_server")
+    assert not find_pids(ENGINE)
+    shutil.rmtree(raytmp, ignore_errors=True)
