@@ -57,8 +57,10 @@ class Cluster:
 
 
 def connect(address: str) -> Cluster:
-    """Join the Ray cluster at address, or start one on this host ('local', loopback only)
-    for the sweep. InputError when it cannot be reached (nothing has been started then)."""
+    """Join the Ray cluster at address, or start one on this host for the sweep ('local':
+    Ray's own servers then listen as Ray decides, on every interface in 2.60; run it where
+    that is acceptable, or in a private network namespace as the tests do). InputError when
+    it cannot be reached (nothing has been started then)."""
     import ray
 
     local = address == "local"
