@@ -165,7 +165,10 @@ def test_engine_hang_during_the_load_test_is_detected(tiny_model: Path, tmp_path
     no_process_left(ENGINE, "workbench._vllm_bench")
 
 
-@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+# SIGTERM unwinds exactly as Ctrl-C does (serve.install_sigterm_as_interrupt): the default
+# run checks Ctrl-C, the slow tier both.
+@pytest.mark.parametrize(("sig", "code"), [
+    (signal.SIGINT, 130), pytest.param(signal.SIGTERM, 143, marks=pytest.mark.slow)])
 def test_interrupt_and_terminate_stop_everything(tiny_model: Path, tmp_path: Path, sig,
                                                  code: int) -> None:
     cfg = project(tmp_path, tiny_model, name=f"tiny-sig{int(sig)}")
@@ -183,6 +186,7 @@ def test_interrupt_and_terminate_stop_everything(tiny_model: Path, tmp_path: Pat
     no_process_left(ENGINE)
 
 
+@pytest.mark.slow
 def test_sigkill_during_quantisation_then_corrupted_caches_then_two_runs_at_once(
         tiny_model: Path, tmp_path: Path) -> None:
     """One story, several faults, each followed by the next run succeeding:
