@@ -37,8 +37,12 @@ def resolve_hub_model(repo_id: str, revision: str | None) -> HubModel:
 
     rev = revision or "main"
     offline = _offline()
+    # huggingface_hub reads HF_HUB_CACHE once, when first imported; read it now, so that
+    # the cache this process is told to use is the one searched
+    cache = os.environ.get("HF_HUB_CACHE") or None
     try:
-        folder = Path(snapshot_download(repo_id, revision=rev, local_files_only=offline))
+        folder = Path(snapshot_download(repo_id, revision=rev, local_files_only=offline,
+                                        cache_dir=cache))
     except HFValidationError as err:
         raise InputError(f"model.path: {repo_id!r} is not a Hugging Face repo id: "
                          f"{str(err).splitlines()[0]}") from None
