@@ -157,7 +157,7 @@ def _server(cfg: RunConfig, role: str, model_dir: Path, served: str, extra_args:
     ep = cfg.endpoints.of(role)
     if ep is not None:
         return Endpoint(ep.url, api_key_from(ep.api_key_env), ep.model,
-                        out_dir / "server.log", cfg.engine.request_timeout_s)
+                        out_dir / "server.log")
     return EngineServer(model_dir, served, cfg.engine, out_dir / "server.log", extra_args,
                         device=device)
 

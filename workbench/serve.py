@@ -326,14 +326,13 @@ class Endpoint:
     (/v1/models, /version, /metrics with vllm:cache_config_info) and recording what it
     cannot show (ENDPOINT_UNMEASURED). The API key travels only in request headers."""
 
-    def __init__(self, url: str, api_key: str | None, model: str | None, log_file: Path,
-                 request_timeout_s: float) -> None:
+    def __init__(self, url: str, api_key: str | None, model: str | None, log_file: Path
+                 ) -> None:
         self.base_url = url
         self.api_key = api_key
         self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.log_file = log_file
         self.process = None
-        self.request_timeout_s = request_timeout_s
         self.info = ServerInfo(model_path="", served_name=model or "", device="endpoint",
                                command=[], cold_start_s=0.0, log_file=str(log_file),
                                endpoint=url, unmeasured=list(ENDPOINT_UNMEASURED))
