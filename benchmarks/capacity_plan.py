@@ -25,11 +25,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from workbench.config import DEFAULT_PRICE_PER_HOUR, load_config  # noqa: E402
-from workbench.headroom import PeakSampler, headroom  # noqa: E402
-from workbench.loadtest import LevelResult, cost_figures  # noqa: E402
-from workbench.preflight import Outputs, plan  # noqa: E402
-from workbench.sweep import generated_tokens  # noqa: E402
+from workbench.config.run_config import DEFAULT_PRICE_PER_HOUR, load_config  # noqa: E402
+from workbench.loadtest.bench import LevelResult, cost_figures  # noqa: E402
+from workbench.loadtest.headroom import PeakSampler, headroom  # noqa: E402
+from workbench.plan.checks import Outputs, plan  # noqa: E402
+from workbench.sweep.run import generated_tokens  # noqa: E402
 
 GiB = 2**30
 

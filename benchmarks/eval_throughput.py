@@ -25,11 +25,11 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-from workbench.config import LoadProfile, load_config  # noqa: E402
-from workbench.evaluate.runner import run_suite  # noqa: E402
-from workbench.evaluate.suites import load_suite  # noqa: E402
-from workbench.loadtest import level_requests, run_load_test  # noqa: E402
-from workbench.serve import EngineServer  # noqa: E402
+from workbench.config.run_config import LoadProfile, load_config  # noqa: E402
+from workbench.loadtest.bench import level_requests, run_load_test  # noqa: E402
+from workbench.serve.engine import EngineServer  # noqa: E402
+from workbench.suites.definition import load_suite  # noqa: E402
+from workbench.suites.runner import run_suite  # noqa: E402
 
 _COUNTER = re.compile(r"^vllm:(generation|prompt)_tokens_total\{[^}]*\} ([0-9.e+]+)$", re.M)
 

@@ -4,7 +4,7 @@
 
 For every paired gate of the config's policy (quality, safety, structured, health), at the
 number of items the config's profile runs: the smallest drop the gate could detect when
-nothing changed (no flips: workbench.compare.evidence_strength, as the record reports it),
+nothing changed (no flips: workbench.gate.gates.evidence_strength, as the record reports it),
 and, by simulation, how often an A/A run passes, is inconclusive or fails when the re-run
 flips a share of items either way (a candidate identical in truth: greedy decoding that is
 not bit-exact across engine sessions). Prints a Markdown table (docs/gates.md).
@@ -16,11 +16,12 @@ import argparse
 
 import numpy as np
 
-from workbench.compare import evidence_strength, non_inferiority, paired_delta
-from workbench.config import load_config
-from workbench.evaluate.runner import GENERATING
-from workbench.evaluate.suites import load_suite
-from workbench.gates import load_gate_policy
+from workbench.config.gate_policy import load_gate_policy
+from workbench.config.run_config import load_config
+from workbench.gate.gates import non_inferiority
+from workbench.gate.paired import evidence_strength, paired_delta
+from workbench.suites.definition import load_suite
+from workbench.suites.runner import GENERATING
 
 FLIP_RATES = (0.0, 0.02, 0.05)
 RUNS = 200

@@ -20,13 +20,13 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-from workbench.config import load_config  # noqa: E402
-from workbench.digests import folder_digest  # noqa: E402
-from workbench.evaluate.fidelity import compare_fidelity  # noqa: E402
-from workbench.evaluate.runner import logprobs_file, run_suite  # noqa: E402
-from workbench.evaluate.suites import load_suite  # noqa: E402
-from workbench.quantize import quantize  # noqa: E402
-from workbench.serve import EngineServer  # noqa: E402
+from workbench.config.run_config import load_config  # noqa: E402
+from workbench.mechanisms.digests import folder_digest  # noqa: E402
+from workbench.quantize.build import quantize  # noqa: E402
+from workbench.serve.engine import EngineServer  # noqa: E402
+from workbench.suites.definition import load_suite  # noqa: E402
+from workbench.suites.runner import logprobs_file, run_suite  # noqa: E402
+from workbench.suites.scorers.fidelity import compare_fidelity  # noqa: E402
 
 
 def score(cfg, model_dir: Path, args: list[str], suite, items, out: Path) -> tuple[Path, float]:

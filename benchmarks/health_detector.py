@@ -13,10 +13,10 @@ from __future__ import annotations
 import json
 from collections import Counter
 
-from workbench.evaluate.health import generation_health
-from workbench.evaluate.refusal import classify_response, is_off_topic, is_refusal
-from workbench.evaluate.suites import SUITES_ROOT, load_suite
-from workbench.jsonl import jsonl_lines
+from workbench.mechanisms.jsonl import jsonl_lines
+from workbench.suites.definition import SUITES_ROOT, load_suite
+from workbench.suites.scorers.generation_health import generation_health
+from workbench.suites.scorers.refusal import classify_response, is_off_topic, is_refusal
 
 LABELS = SUITES_ROOT / "health-labels" / "items.jsonl"
 

@@ -30,9 +30,9 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-from workbench.latency_ratios import ratio_interval  # noqa: E402
-from workbench.loadtest import per_request_ms  # noqa: E402
-from workbench.paths import link_shared_cache  # noqa: E402
+from workbench.gate.latency import ratio_interval  # noqa: E402
+from workbench.loadtest.bench import per_request_ms  # noqa: E402
+from workbench.mechanisms.paths import link_shared_cache  # noqa: E402
 
 METRICS = {"ttft_p50_ms": "ttft", "tpot_p50_ms": "tpot", "e2el_p50_ms": "e2el",
            "output_throughput": None}
@@ -77,7 +77,7 @@ def within_session(run_dir: Path, key: str, metric: str) -> tuple[float, float] 
 def simulate(runs: int = 4000) -> None:
     """Coverage of 1.0 by A/A intervals, per-session figures drawn log-normal: a session
     effect (sd s) times within-session noise (sd w, what a within-session bootstrap sees)."""
-    from workbench.latency_ratios import session_ratio_interval
+    from workbench.gate.latency import session_ratio_interval
 
     rng = np.random.default_rng(0)
     print("| session sd / within sd | one session each, within-session interval | "

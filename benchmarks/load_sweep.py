@@ -24,10 +24,10 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 from rich.console import Console  # noqa: E402
 
-from workbench.config import load_config  # noqa: E402
-from workbench.loadtest import level_requests  # noqa: E402
-from workbench.measure import Measurement, measure  # noqa: E402
-from workbench.serve import detect_device  # noqa: E402
+from workbench.config.run_config import load_config  # noqa: E402
+from workbench.loadtest.bench import level_requests  # noqa: E402
+from workbench.measure.measurement import Measurement, measure  # noqa: E402
+from workbench.serve.engine import detect_device  # noqa: E402
 
 
 def quantized(config: str, names: list[str], tmp: Path) -> dict[str, dict]:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-from workbench.paths import link_shared_cache  # noqa: E402
+from workbench.mechanisms.paths import link_shared_cache  # noqa: E402
 
 
 def row(q: dict) -> str:

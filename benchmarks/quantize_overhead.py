@@ -32,9 +32,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-from workbench.config import load_config  # noqa: E402
-from workbench.paths import link_shared_cache, offline_env, quant_python  # noqa: E402
-from workbench.quantize import calibration_samples  # noqa: E402
+from workbench.config.run_config import load_config  # noqa: E402
+from workbench.mechanisms.paths import link_shared_cache, offline_env, quant_python  # noqa: E402
+from workbench.quantize.build import calibration_samples  # noqa: E402
 
 BARE = '''
 import json, sys

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import json
 
-from workbench.evaluate.health import generation_health
-from workbench.evaluate.refusal import classify_response, is_refusal
-from workbench.evaluate.suites import SUITES_ROOT
-from workbench.jsonl import jsonl_lines
+from workbench.mechanisms.jsonl import jsonl_lines
+from workbench.suites.definition import SUITES_ROOT
+from workbench.suites.scorers.generation_health import generation_health
+from workbench.suites.scorers.refusal import classify_response, is_refusal
 
 LABELS = SUITES_ROOT / "safety" / "refusal-labels" / "items.jsonl"
 

@@ -24,7 +24,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from workbench.paths import default_model_dir, engine_python  # noqa: E402
+from workbench.mechanisms.paths import default_model_dir, engine_python  # noqa: E402
 
 CONFIG = """
 model: {{name: tiny-llama, path: {model}}}

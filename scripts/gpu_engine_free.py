@@ -118,9 +118,9 @@ def main() -> int:
 
     import torch
 
-    from workbench.config import load_config
-    from workbench.digests import folder_digest
-    from workbench.quantize import quantize
+    from workbench.config.run_config import load_config
+    from workbench.mechanisms.digests import folder_digest
+    from workbench.quantize.build import quantize
     from workbench.quantize.calibration import heldout_samples
 
     out = Path(args.out)

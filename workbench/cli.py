@@ -18,9 +18,20 @@ import click
 from rich.console import Console
 from rich.markup import escape
 
-from .config import RunConfig, load_config
-from .errors import InfraError, InputError, WorkbenchError
-from .paths import REPO_ROOT
+from workbench.config.run_config import RunConfig, load_config
+from workbench.mechanisms.errors import InfraError, InputError, WorkbenchError
+from workbench.mechanisms.files import inside
+from workbench.mechanisms.paths import SHIPPED
+from workbench.mechanisms.processes import install_sigterm_as_interrupt
+from workbench.pipeline.evaluate import run_evaluate
+from workbench.pipeline.gate import regate_stored
+from workbench.pipeline.log import log_stored_run
+from workbench.pipeline.quantize import run_quantize
+from workbench.plan.checks import Outputs, check_candidates, check_config, check_outputs, plan
+from workbench.record.render import print_decision, render_summary, write_junit, write_record
+from workbench.serve.engine import EngineServer
+from workbench.suites.definition import SUITES_ROOT, load_suite
+from workbench.sweep.run import run_sweep
 
 __all__ = ["main"]
 
@@ -35,7 +46,7 @@ def _config_path(value: str) -> Path:
     """The config as given; the shipped default also resolves from outside the checkout."""
     path = Path(value)
     if not path.exists() and value == DEFAULT_CONFIG:
-        return REPO_ROOT / DEFAULT_CONFIG
+        return SHIPPED / DEFAULT_CONFIG
     return path
 
 
@@ -125,7 +136,6 @@ def endpoint_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def write_ci_outputs(rec: Any, junit: Path | None, summary: Path | None) -> None:
-    from .record import render_summary, write_junit
 
     if junit is not None:
         write_junit(rec, junit)
@@ -155,8 +165,6 @@ def evaluate(config_path: str, candidate: str, runs_dir: Path, load_profile: str
     in a new run folder and logs the run to MLflow (./mlflow.db unless MLFLOW_TRACKING_URI
     or tracking.uri says otherwise).
     """
-    from .pipeline import run_evaluate
-    from .serve import install_sigterm_as_interrupt
 
     install_sigterm_as_interrupt()
     cfg = _load(config_path, load_profile, baseline_endpoint, candidate_endpoint)
@@ -175,7 +183,6 @@ def _load(config_path: str, load_profile: str | None, baseline_endpoint: str | N
 
 
 def _outputs(runs_dir: Path | None, junit: Path | None, summary: Path | None) -> Any:
-    from .preflight import Outputs
 
     return Outputs(runs_dir=runs_dir, files={"--junit": junit, "--summary": summary})
 
@@ -198,10 +205,6 @@ def gate(run_dir: Path, policy: Path | None, out: Path | None, junit: Path | Non
     decision and exits 0 promote / 1 reject or inconclusive / 2 bad input. The run's own
     decision.json is left as it was.
     """
-    from .files import inside
-    from .preflight import check_outputs
-    from .record import print_decision, write_record
-    from .regate import regate_stored
 
     rec, _ = regate_stored(run_dir, policy)  # every stored input read and checked first
     target = out or inside(run_dir, f"gate-{(policy or Path('stored')).stem}")
@@ -231,7 +234,6 @@ def quantize(config_path: str, candidates: tuple[str, ...], all_candidates: bool
     Prints each manifest's figures (size, compression ratio, held-out perplexity against the
     baseline) and whether the engine on this device can serve each candidate.
     """
-    from .pipeline import run_quantize
 
     if all_candidates == bool(candidates):
         raise InputError("give --candidate NAME (repeatable) or --all")
@@ -268,8 +270,6 @@ def sweep(config_path: str, candidates: tuple[str, ...], all_candidates: bool,
     only what is missing. Exit 0 with a recommendation, 1 when none was promoted, 3 when a
     candidate's measurement failed.
     """
-    from .serve import install_sigterm_as_interrupt
-    from .sweep import run_sweep
 
     if all_candidates == bool(candidates):
         raise InputError("give --candidate NAME (repeatable) or --all")
@@ -289,10 +289,6 @@ def sweep(config_path: str, candidates: tuple[str, ...], all_candidates: bool,
 @handle_errors
 def serve(config_path: str, candidate: str | None, runs_dir: Path) -> int:
     """Start vLLM for the baseline or a candidate and keep it up until Ctrl-C, for poking."""
-    from .files import inside
-    from .pipeline import run_quantize
-    from .preflight import check_candidates
-    from .serve import EngineServer, install_sigterm_as_interrupt
 
     install_sigterm_as_interrupt()
     cfg = load_config(_config_path(config_path))
@@ -340,8 +336,6 @@ def validate(config_path: str, candidate: str | None, load_profile: str | None,
     """Check a config, its gate policy, suites, data, engine arguments, tracking server and
     output paths; report every problem at once. Runs the very checks `evaluate` runs, so a
     config that passes here is not refused there; writes and starts nothing."""
-    from .evaluate.suites import SUITES_ROOT, load_suite
-    from .preflight import check_config, plan
 
     path = _config_path(config_path)
     cfg = _load(config_path, load_profile, baseline_endpoint, candidate_endpoint)
@@ -377,7 +371,6 @@ def validate(config_path: str, candidate: str | None, load_profile: str | None,
 def log_command(run_dir: Path) -> int:
     """Log a finished run folder to MLflow: for a run whose tracking server was lost or
     down. Uses the tracking URI of the run's config (or MLFLOW_TRACKING_URI)."""
-    from .pipeline import log_stored_run
 
     log_stored_run(run_dir, console)
     return 0

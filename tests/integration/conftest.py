@@ -15,7 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from workbench.paths import default_model_dir, engine_python, link_shared_cache, quant_python
+from workbench.mechanisms.paths import (
+    default_model_dir,
+    engine_python,
+    link_shared_cache,
+    quant_python,
+)
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja")
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from workbench.serve import free_port
+from workbench.serve.engine import free_port
 
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
                   "--no-first-run", "--disable-background-networking",

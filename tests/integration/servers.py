@@ -20,8 +20,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from workbench.paths import engine_python, offline_env
-from workbench.serve import free_port
+from workbench.mechanisms.paths import engine_python, offline_env
+from workbench.serve.engine import free_port
 
 
 def _wait(check, what: str, proc: subprocess.Popen | None = None, timeout: float = 120,

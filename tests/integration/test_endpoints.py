@@ -89,7 +89,7 @@ def test_endpoints_with_and_without_a_key(tiny_model: Path, tmp_path: Path) -> N
     assert run.returncode == 1, out
     run_dir = next((tmp_path / "runs").glob("*-deployed"))
     record = json.loads((run_dir / "decision.json").read_text())
-    from workbench.schemas.decision import validate_record
+    from workbench.record.schema import validate_record
 
     validate_record(record)
     eps = record["endpoints"]

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from workbench.paths import cache_root
+from workbench.mechanisms.paths import cache_root
 
 pytestmark = pytest.mark.integration
 
@@ -162,7 +162,7 @@ def test_engine_hang_during_the_load_test_is_detected(tiny_model: Path, tmp_path
     run_dir = next((tmp_path / "runs").glob("*-aa"))
     assert (run_dir / "baseline" / "items-arithmetic.jsonl").is_file()  # suites kept
     assert mlflow_status(tmp_path / "mlflow.db") == ["FAILED"]
-    no_process_left(ENGINE, "workbench._vllm_bench")
+    no_process_left(ENGINE, "workbench.subprocesses.vllm_bench")
 
 
 # SIGTERM unwinds exactly as Ctrl-C does (serve.install_sigterm_as_interrupt): the default
@@ -199,14 +199,14 @@ def test_sigkill_during_quantisation_then_corrupted_caches_then_two_runs_at_once
        folders do not collide, and both reach the first run's decision."""
     cfg = project(tmp_path, tiny_model, name="tiny-story")
     proc = start(cfg, "int4", tmp_path)
-    wait_for(lambda: pids("workbench/quantize/worker.py"), proc, what="the quantiser")
+    wait_for(lambda: pids("workbench/subprocesses/quantize_worker.py"), proc, what="the quantiser")
     wait_for(lambda: list((cache_root() / "artifacts").glob("*.partial-*")), proc,
              what="the staging folder")
     time.sleep(2)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     killed = time.monotonic()
-    no_process_left("workbench/quantize/worker.py", within_s=15)
+    no_process_left("workbench/subprocesses/quantize_worker.py", within_s=15)
     report(f"workbench SIGKILLed while quantising: worker gone after "
            f"{time.monotonic() - killed:.1f}s")
     assert list((cache_root() / "artifacts").glob("*.partial-*"))  # left by the killed run
@@ -241,10 +241,10 @@ def test_sigkill_during_quantisation_then_corrupted_caches_then_two_runs_at_once
     assert len(folders) == 4 and all((f / "decision.json").is_file() for f in folders[1:])
     assert {json.loads((f / "decision.json").read_text())["decision"]
             for f in folders[1:]} == {decision}
-    from workbench.cache_entry import check
+    from workbench.mechanisms.cache_entry import check
 
     assert all(check(entry) is None for entry in (cache_root() / "results").glob("*-*"))
-    no_process_left(ENGINE, "workbench/quantize/worker.py")
+    no_process_left(ENGINE, "workbench/subprocesses/quantize_worker.py")
 
 
 def test_tracking_server_lost_mid_run_does_not_decide_the_exit_code(
@@ -255,7 +255,7 @@ def test_tracking_server_lost_mid_run_does_not_decide_the_exit_code(
     there, in the database and the server's artifact store."""
     from servers import mlflow_server, postgres, stop
 
-    from workbench.serve import free_port
+    from workbench.serve.engine import free_port
 
     cfg = project(tmp_path, tiny_model, name="tiny-mlflow")
     port = free_port()

@@ -94,14 +94,14 @@ def test_sweep_measures_every_figure_and_fp8_kv_doubles_capacity(
         "latency vs throughput"]
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and plot.stat().st_size > 10_000
     assert engine_pids("vllm.entrypoints.openai.api_server") == []
-    assert engine_pids("workbench._zero_work_server") == []
+    assert engine_pids("workbench.subprocesses.zero_work_server") == []
 
 
 def test_arrival_rate_and_trace_replay_with_a_duration_bound(tiny_model: Path,
                                                              tmp_path: Path) -> None:
-    from workbench.config import EngineConfig, LoadProfile
-    from workbench.loadtest import level_requests, run_load_test
-    from workbench.serve import EngineServer
+    from workbench.config.run_config import EngineConfig, LoadProfile
+    from workbench.loadtest.bench import level_requests, run_load_test
+    from workbench.serve.engine import EngineServer
 
     trace = tmp_path / "trace.jsonl"
     trace.write_text("".join(f'{{"arrival_s": {0.25 * i}, "prompt_tokens": {20 + i}, '

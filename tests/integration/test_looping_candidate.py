@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from workbench.paths import default_model_dir
+from workbench.mechanisms.paths import default_model_dir
 
 pytestmark = pytest.mark.integration
 

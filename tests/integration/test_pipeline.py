@@ -101,9 +101,9 @@ def test_quantise_serve_evaluate_gate_record(tiny_config: Path, tmp_path: Path, 
     record_file = next((tmp_path / "runs").glob("*-int4/decision.json"))
     record = json.loads(record_file.read_text())
     assert record["decision"] in ("promote", "reject", "inconclusive")
-    from workbench.schemas.decision import validate_record
+    from workbench.record.schema import validate_record
 
-    validate_record(record)  # the published schema (workbench/schemas/)
+    validate_record(record)  # the published schema (workbench/record/ and workbench/sweep/)
     assert record["exit_code"] == first.returncode
     assert (record_file.parent / "decision.md").read_text().startswith("# Decision")
     assert record["sampling"]["temperature"] == 0.0 and record["sampling"]["seed"] == 0
@@ -268,7 +268,7 @@ def check_regate(run_dir: Path, tmp_path: Path, workbench) -> None:
 
 
 def check_safety_structured_and_lmeval(record: dict, run_dir: Path, console: str) -> None:
-    from workbench.evaluate.suites import load_suite
+    from workbench.suites.definition import load_suite
 
     # safety: refusals detected per item; the hazardous requests appear nowhere but the
     # suite's own data file (not the console, the engine log, the record or the tables)

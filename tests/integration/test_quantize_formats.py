@@ -13,9 +13,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from workbench.config import EngineConfig
-from workbench.paths import cache_root
-from workbench.serve import EngineServer, parse_cache_info
+from workbench.config.run_config import EngineConfig
+from workbench.mechanisms.paths import cache_root
+from workbench.serve.engine import EngineServer, parse_cache_info
 
 pytestmark = pytest.mark.integration
 
@@ -155,7 +155,7 @@ def test_interrupted_quantisation_leaves_nothing_that_looks_complete(
     new = set(artifacts.glob("*")) - before
     assert not any((p / "manifest.json").exists() for p in new)
     assert not [p for p in new if ".partial-" in p.name]  # the scratch folder is removed
-    assert engine_pids("quantize/worker.py") == []
+    assert engine_pids("subprocesses/quantize_worker.py") == []
 
 
 RECIPE_FILE = """

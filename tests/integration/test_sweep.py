@@ -130,7 +130,7 @@ def test_sweep_ranks_rejects_the_broken_resumes_reproduces_and_fans_out(
     assert (interrupted / "same" / "decision.json").is_file()
     assert not (interrupted / "sweep.json").exists()
     deadline = time.monotonic() + 30
-    while find_pids(ENGINE) or find_pids("workbench/quantize/worker.py"):
+    while find_pids(ENGINE) or find_pids("workbench/subprocesses/quantize_worker.py"):
         assert time.monotonic() < deadline, "a process outlived the interrupted sweep"
         time.sleep(1)
 
@@ -141,7 +141,7 @@ def test_sweep_ranks_rejects_the_broken_resumes_reproduces_and_fans_out(
     assert out.count("engine healthy") == 4  # two sessions each for int4 and broken
     folder = newest_sweep(tmp_path)
     record = json.loads((folder / "sweep.json").read_text())
-    from workbench.schemas.sweep import validate_sweep
+    from workbench.sweep.schema import validate_sweep
 
     validate_sweep(record)
     rows = {r["candidate"]: r for r in record["rows"]}
@@ -223,8 +223,8 @@ def fanned_out(tmp_path: Path, config: Path, serial: dict[str, str]) -> None:
     server on PostgreSQL with proxied artifacts in the same namespace."""
     from servers import mlflow_server, postgres, private_network
 
-    from workbench.paths import engine_python
-    from workbench.serve import free_port
+    from workbench.mechanisms.paths import engine_python
+    from workbench.serve.engine import free_port
 
     ray = str(engine_python().with_name("ray"))
     raytmp = Path(tempfile.mkdtemp(prefix="wb-ray-"))  # Ray's socket paths must stay short
@@ -252,7 +252,7 @@ def fanned_out(tmp_path: Path, config: Path, serial: dict[str, str]) -> None:
         assert run.returncode == 0, out
         assert out.count("measured in a Ray task") == 2
         record = json.loads((newest_sweep(tmp_path) / "sweep.json").read_text())
-        from workbench.schemas.sweep import validate_sweep
+        from workbench.sweep.schema import validate_sweep
 
         validate_sweep(record)
         assert record["fanned_out"] == f"the Ray cluster at 127.0.0.1:{port}"

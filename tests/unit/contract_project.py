@@ -141,14 +141,14 @@ class Project:
 def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Project:
     """A valid project in tmp_path (the working directory), an empty cache, and stand-ins
     for everything that would start work."""
-    import workbench.pipeline
-    import workbench.quantize
-    import workbench.serve
+    import workbench.pipeline.evaluate
+    import workbench.quantize.build
+    import workbench.serve.engine
 
     monkeypatch.setenv("WORKBENCH_CACHE", str(tmp_path / "cache"))
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)  # the config's URI is under test
     (tmp_path / "cache").mkdir()
-    monkeypatch.setattr(workbench.pipeline, "new_run_dir", _refuse)
-    monkeypatch.setattr(workbench.quantize, "_run_worker", _refuse)
-    monkeypatch.setattr(workbench.serve.EngineServer, "start", _refuse)
+    monkeypatch.setattr(workbench.pipeline.evaluate, "new_run_dir", _refuse)
+    monkeypatch.setattr(workbench.quantize.build, "_run_worker", _refuse)
+    monkeypatch.setattr(workbench.serve.engine.EngineServer, "start", _refuse)
     return Project(tmp_path / "project")

@@ -3,10 +3,10 @@ from pathlib import Path
 
 import pytest
 
-from workbench.errors import InputError
-from workbench.evaluate.choice import expected_calibration_error, softmax
-from workbench.evaluate.runner import ItemResult, summarise
-from workbench.evaluate.suites import load_suite
+from workbench.mechanisms.errors import InputError
+from workbench.suites.definition import load_suite
+from workbench.suites.runner import ItemResult, summarise
+from workbench.suites.scorers.choice import expected_calibration_error, softmax
 
 SPEC = """name: mc
 version: "1"

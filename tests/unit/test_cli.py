@@ -94,7 +94,7 @@ def _config_with_fake_model(tmp_path: Path, extra_candidates: str = "") -> Path:
 
 def test_candidate_the_cpu_engine_cannot_serve_exits_2_before_any_work(
         tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.setattr("workbench.pipeline.detect_device", lambda: "cpu")
+    monkeypatch.setattr("workbench.plan.checks.detect_device", lambda: "cpu")
     cfg = _config_with_fake_model(tmp_path)
     result = run("evaluate", "--config", str(cfg), "--candidate", "int8-wo",
                  "--runs-dir", str(tmp_path / "runs"))
@@ -130,12 +130,12 @@ def test_validate_all_suites_checks_every_shipped_suite() -> None:
 
 
 def test_an_unexpected_crash_exits_3_not_the_reject_code(monkeypatch) -> None:
-    import workbench.pipeline as pipeline
+    import workbench.cli as cli
 
     def crash(*_args, **_kwargs):
         raise ValueError("metric name 'x+' is not allowed")
 
-    monkeypatch.setattr(pipeline, "run_evaluate", crash)
+    monkeypatch.setattr(cli, "run_evaluate", crash)
     result = run("evaluate", "--config", str(DEFAULT), "--candidate", "int4")
     assert result.exit_code == 3
     assert "unexpected ValueError: metric name 'x+' is not allowed" in result.output
@@ -181,9 +181,9 @@ def test_sweep_needs_candidates_and_refuses_an_unknown_one_before_any_work(
 
 def test_sweep_sets_aside_what_this_device_cannot_serve_or_serves_only_by_emulation(
         tmp_path: Path) -> None:
-    from workbench.config import load_config
-    from workbench.preflight import Outputs
-    from workbench.sweep import choose
+    from workbench.config.run_config import load_config
+    from workbench.plan.checks import Outputs
+    from workbench.sweep.run import choose
 
     cfg = load_config(DEFAULT)
     chosen = choose(cfg, list(cfg.candidates), Outputs(runs_dir=tmp_path / "runs"), "cpu",

@@ -1,29 +1,18 @@
 import numpy as np
 import pytest
+from builders import suite_result
 
-from workbench.compare import (
+from workbench.config.gate_policy import GatePolicy, LatencyGate, QualityGate
+from workbench.gate.gates import (
     Evidence,
     GateOutcome,
     decide,
     evaluate_gates,
     non_inferiority,
-    paired_delta,
 )
-from workbench.evaluate.runner import ItemResult, SuiteResult
-from workbench.gates import GatePolicy, LatencyGate, QualityGate
-from workbench.loadtest import LevelResult, LoadResult
-
-
-def suite_result(scores: list[float], slices: list[str] | None = None) -> SuiteResult:
-    slices = slices or ["s"] * len(scores)
-    items = [ItemResult(f"i{k:03d}", (sl,), "h", f"answer {k}", sc, 0.1, 1)
-             for k, (sc, sl) in enumerate(zip(scores, slices, strict=True))]
-    by = {}
-    for it in items:
-        by.setdefault(it.slices[0], []).append(it.score)
-    return SuiteResult("q", "1", "d", len(items), sum(scores) / len(scores),
-                       {k: {"n": len(v), "accuracy": sum(v) / len(v)} for k, v in by.items()},
-                       "f", items)
+from workbench.gate.paired import paired_delta
+from workbench.loadtest.bench import LevelResult, LoadResult
+from workbench.suites.runner import ItemResult, SuiteResult
 
 
 def test_paired_delta_counts_flips_and_brackets_the_mean() -> None:
@@ -105,7 +94,7 @@ def test_inconclusive_without_failures_is_inconclusive() -> None:
 def test_slo_attainment_and_memory_floors_gate_as_ratios() -> None:
     import dataclasses
 
-    from workbench.gates import MemoryGate
+    from workbench.config.gate_policy import MemoryGate
 
     policy = GatePolicy(latency=[LatencyGate(metric="slo_attainment", min_ratio=0.95)],
                         memory=[MemoryGate(metric="kv_cache_tokens", min_ratio=1.0),
@@ -130,7 +119,6 @@ def test_slo_attainment_and_memory_floors_gate_as_ratios() -> None:
 
 
 def test_a_small_slice_is_reported_too_small_and_a_check_can_be_gated() -> None:
-    from workbench.evaluate.runner import ItemResult, SuiteResult
 
     items = [ItemResult(f"i{k}", ("big" if k < 40 else "tiny",), "h", "", 1.0, 0.1, 1,
                         checks={"schema_valid": 1.0}) for k in range(44)]
@@ -158,7 +146,7 @@ def test_recovery_floor_catches_a_loss_the_margin_allows() -> None:
 
 
 def test_holm_adjustment_matches_the_textbook_example() -> None:
-    from workbench.compare import holm_adjust
+    from workbench.gate.paired import holm_adjust
 
     # p-values 0.01, 0.04, 0.03 over three tests: 0.03, 0.06, 0.06 after Holm
     assert holm_adjust([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
@@ -182,7 +170,7 @@ def test_holm_makes_a_borderline_pass_inconclusive_when_many_gates_run() -> None
 def test_fidelity_and_slo_gates() -> None:
     import dataclasses
 
-    from workbench.gates import FidelityGate, SLOGate
+    from workbench.config.gate_policy import FidelityGate, SLOGate
 
     base = LoadResult("client", {}, [level(1, 10.0, 100.0)])
     good = dataclasses.replace(level(1, 10.0, 100.0), slo={
@@ -258,7 +246,7 @@ def test_a_regression_in_one_slice_rejects_while_the_aggregate_passes() -> None:
 def test_latency_ratios_carry_a_per_request_bootstrap_interval(tmp_path) -> None:
     import json
 
-    from workbench.latency_ratios import ratio_interval
+    from workbench.gate.latency import ratio_interval
 
     rng = np.random.default_rng(0)
     base = rng.lognormal(np.log(100), 0.1, 200)

@@ -2,10 +2,10 @@ from pathlib import Path
 
 import pytest
 
-from workbench.config import load_config
-from workbench.errors import InputError
-from workbench.evaluate.suites import SUITES_ROOT, load_suite
-from workbench.gates import load_gate_policy
+from workbench.config.gate_policy import load_gate_policy
+from workbench.config.run_config import load_config
+from workbench.mechanisms.errors import InputError
+from workbench.suites.definition import SUITES_ROOT, load_suite
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIGS = sorted((REPO / "configs").glob("*.yaml"))

@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from workbench.engine_metrics import histogram_quantile, parse_scrape, server_side_level
+from workbench.loadtest.engine_metrics import histogram_quantile, parse_scrape, server_side_level
 
 BEFORE = """# HELP vllm:time_to_first_token_seconds Histogram of time to first token in seconds.
 # TYPE vllm:time_to_first_token_seconds histogram

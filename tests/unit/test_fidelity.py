@@ -4,9 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from workbench.evaluate.fidelity import compare_fidelity, position_kl
-from workbench.evaluate.runner import ItemResult, summarise
-from workbench.evaluate.suites import load_suite
+from workbench.suites.definition import load_suite
+from workbench.suites.runner import ItemResult, summarise
+from workbench.suites.scorers.fidelity import compare_fidelity, position_kl
 
 
 def lp(*pairs: tuple[int, float]) -> list[list[float]]:

@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from workbench.config import Candidate
+from workbench.config.run_config import Candidate
 from workbench.quantize.formats import (
     format_of_candidate,
     format_of_checkpoint,

@@ -196,12 +196,11 @@ def test_fuzzed_traces(project: Project) -> None:
 
 def test_fuzzed_stored_run_folders(project: Project) -> None:
     """`workbench gate` on a run folder whose record, measurement or policy is damaged."""
-    from test_input_contract import _stored_run
-    from test_record import record
+    from builders import record, stored_run
 
-    from workbench.measure import Measurement
+    from workbench.measure.measurement import Measurement
 
-    run_dir = _stored_run(project.root / "run")
+    run_dir = stored_run(project.root / "run")
     rec = record("promote")
     for role in ("baseline", "candidate"):
         (run_dir / role).mkdir()

@@ -2,7 +2,11 @@
 
 import pytest
 
-from workbench.evaluate.health import generation_health, health_summary, repeat_share
+from workbench.suites.scorers.generation_health import (
+    generation_health,
+    health_summary,
+    repeat_share,
+)
 
 
 @pytest.mark.parametrize("text", [

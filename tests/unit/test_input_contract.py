@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from builders import stored_run
 from contract_project import NUMERIC_ITEMS, Project, project, write_suite
 
 __all__ = ["project"]  # the fixture, re-exported for pytest
@@ -216,17 +217,6 @@ def test_quantize_and_serve_check_before_working(project: Project) -> None:
 
 # --- stored records are untrusted input: `workbench gate` ---
 
-def _stored_run(folder: Path) -> Path:
-    """A run folder as evaluate leaves it, from the record fixture of the schema tests."""
-    from test_record import record  # the unit tests' own valid record
-
-    from workbench.record import write_record
-
-    folder.mkdir(parents=True)
-    write_record(folder, record("promote"))
-    (folder / "gates.yaml").write_text("quality:\n  - {suite: arithmetic, max_drop: 0.05}\n")
-    return folder
-
 
 GATE_CASES = [
     ("record-a-list", lambda d: (d / "decision.json").write_text("[]"),
@@ -251,7 +241,7 @@ GATE_CASES = [
 @pytest.mark.parametrize("case", GATE_CASES, ids=[c[0] for c in GATE_CASES])
 def test_gate_refuses_a_damaged_run_folder_and_writes_nothing(project: Project, case) -> None:
     _, damage, keys = case
-    run_dir = _stored_run(project.root / "run")
+    run_dir = stored_run(project.root / "run")
     damage(run_dir)
     before = project.files()
     result = project.run("gate", str(run_dir))
@@ -259,7 +249,7 @@ def test_gate_refuses_a_damaged_run_folder_and_writes_nothing(project: Project, 
 
 
 def test_gate_junit_under_a_file_writes_no_gate_folder(project: Project) -> None:
-    run_dir = _stored_run(project.root / "run")
+    run_dir = stored_run(project.root / "run")
     (project.root / "blocker").write_text("x")
     before = project.files()
     result = project.run("gate", str(run_dir), "--junit", str(project.root / "blocker" / "j.xml"))
@@ -271,11 +261,11 @@ def test_the_shipped_config_passes_validate_for_every_candidate_this_device_serv
     from click.testing import CliRunner
 
     from workbench.cli import main
-    from workbench.paths import REPO_ROOT, default_model_dir
+    from workbench.mechanisms.paths import SHIPPED, default_model_dir
 
     if not (default_model_dir() / "config.json").is_file():
         pytest.skip("the default model is not set up (scripts/setup.sh)")
-    cfg = str(REPO_ROOT / "configs/default.yaml")
+    cfg = str(SHIPPED / "configs/default.yaml")
     assert CliRunner().invoke(main, ["validate", "--config", cfg]).exit_code == 0
     for candidate in ("int4", "kv-fp8-dynamic"):
         result = CliRunner().invoke(main, ["validate", "--config", cfg, "--candidate",
@@ -285,8 +275,8 @@ def test_the_shipped_config_passes_validate_for_every_candidate_this_device_serv
 
 def test_engine_arguments_are_parsed_by_vllms_own_parser(tmp_path: Path, monkeypatch) -> None:
     """Needs the engine environment (scripts/setup.sh); parses, never starts an engine."""
-    from workbench.paths import engine_python
-    from workbench.preflight import _parse_engine_args
+    from workbench.mechanisms.paths import engine_python
+    from workbench.plan.checks import _parse_engine_args
 
     real = engine_python()
     if not real.exists():

@@ -1,6 +1,6 @@
 import pytest
 
-from workbench.evaluate.instructions import CHECKERS, check_instructions
+from workbench.suites.scorers.instructions import CHECKERS, check_instructions
 
 CASES = [
     ("count:word_count_range", {"min_words": 3, "max_words": 4}, "one two three", "one two"),

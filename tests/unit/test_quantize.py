@@ -3,9 +3,9 @@ from pathlib import Path
 
 import pytest
 
-from workbench.config import CalibrationConfig, Candidate, load_config
-from workbench.errors import InputError
-from workbench.quantize import artifact_key, calibration_samples, latest_progress, quantize
+from workbench.config.run_config import CalibrationConfig, Candidate, load_config
+from workbench.mechanisms.errors import InputError
+from workbench.quantize.build import artifact_key, calibration_samples, latest_progress, quantize
 from workbench.quantize.calibration import heldout_samples
 from workbench.quantize.formats import format_of_checkpoint
 
@@ -24,7 +24,7 @@ def test_progress_is_the_last_layer_mark_in_the_log(tmp_path: Path) -> None:
 
 
 def test_calibration_passes_are_numbered() -> None:
-    from workbench.quantize import PassCounter
+    from workbench.quantize.build import PassCounter
 
     count = PassCounter()
     steps = ["loading the model", "layer 1/31: Calibrating", "layer 30/31: Propagating",
@@ -70,7 +70,7 @@ def test_artifact_key_changes_with_recipe_calibration_and_versions() -> None:
 
 
 def test_recipe_file_key_follows_its_content_not_its_path(tmp_path: Path) -> None:
-    from workbench.quantize import recipe_identity
+    from workbench.quantize.build import recipe_identity
 
     a, b = tmp_path / "a.yaml", tmp_path / "b.yaml"
     a.write_text("quant_stage: {}\n")

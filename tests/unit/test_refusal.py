@@ -2,9 +2,9 @@ import json
 
 import pytest
 
-from workbench.evaluate.refusal import classify_response, is_off_topic, is_refusal
-from workbench.evaluate.suites import SUITES_ROOT
-from workbench.jsonl import jsonl_lines
+from workbench.mechanisms.jsonl import jsonl_lines
+from workbench.suites.definition import SUITES_ROOT
+from workbench.suites.scorers.refusal import classify_response, is_off_topic, is_refusal
 
 
 @pytest.mark.parametrize("response", [

@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from workbench import cache_entry, loadtest
-from workbench.errors import InfraError
-from workbench.loadtest import Watchdog
+from workbench.loadtest import bench as loadtest
+from workbench.loadtest.bench import Watchdog
+from workbench.mechanisms import cache_entry
+from workbench.mechanisms.errors import InfraError
 
 
 def _scrape(tokens: list[float]):
@@ -83,7 +84,7 @@ def test_the_load_client_is_stopped_when_the_watchdog_fires(tmp_path: Path) -> N
 
 
 def test_root_cause_skips_the_wrapper_that_points_elsewhere() -> None:
-    from workbench.serve import root_cause
+    from workbench.serve.engine import root_cause
 
     log = ("INFO starting\n(EngineCore pid=9) ValueError: 1.41 GiB KV cache is needed, which "
            "is larger than the available KV cache memory (0.50 GiB)\n"
@@ -143,7 +144,7 @@ def test_a_second_writer_keeps_a_sound_entry(tmp_path: Path) -> None:
 
 
 def test_run_folders_started_in_the_same_second_do_not_collide(tmp_path: Path) -> None:
-    from workbench.pipeline import new_run_dir
+    from workbench.pipeline.evaluate import new_run_dir
 
     folders = {new_run_dir(tmp_path, "int4") for _ in range(3)}
     assert len(folders) == 3 and all(f.parent == tmp_path for f in folders)
@@ -151,8 +152,8 @@ def test_run_folders_started_in_the_same_second_do_not_collide(tmp_path: Path) -
 
 def test_a_tracker_whose_server_is_gone_reports_instead_of_raising(tmp_path: Path,
                                                                    monkeypatch) -> None:
-    from workbench.config import TrackingConfig
-    from workbench.tracking import Tracker
+    from workbench.config.run_config import TrackingConfig
+    from workbench.tracking.tracker import Tracker
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:9")
     heard = []
@@ -170,8 +171,8 @@ def test_a_run_left_running_by_a_killed_workbench_is_marked_by_the_next(tmp_path
                                                                        ) -> None:
     import mlflow
 
-    from workbench.config import TrackingConfig
-    from workbench.tracking import Tracker
+    from workbench.config.run_config import TrackingConfig
+    from workbench.tracking.tracker import Tracker
 
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
@@ -190,7 +191,7 @@ def test_a_run_left_running_by_a_killed_workbench_is_marked_by_the_next(tmp_path
 
 def test_a_full_disk_names_the_stage_and_the_path(tmp_path: Path) -> None:
     """/dev/full answers every write with ENOSPC, as a full disk does."""
-    from workbench.pipeline import stage
+    from workbench.pipeline.evaluate import stage
 
     with pytest.raises(InfraError, match=r"measure: cannot write in .*: No space left"):
         with stage("measure", tmp_path):

@@ -4,11 +4,11 @@ import json
 from pathlib import Path
 
 import pytest
+from builders import SAFETY, STRUCTURED, make_suite
 
-from tests.unit.test_suites import SAFETY, STRUCTURED, make_suite
-from workbench.evaluate.health import generation_health
-from workbench.evaluate.runner import ItemResult, _health_checks, _score_chat, summarise
-from workbench.evaluate.suites import load_suite
+from workbench.suites.definition import load_suite
+from workbench.suites.runner import ItemResult, _health_checks, _score_chat, summarise
+from workbench.suites.scorers.generation_health import generation_health
 
 
 def scored(suite, item, text: str) -> tuple[float, dict[str, float]]:

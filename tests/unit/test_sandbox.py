@@ -1,8 +1,8 @@
 import pytest
 
-from workbench.evaluate import sandbox
-from workbench.evaluate.sandbox import run_python
-from workbench.evaluate.suites import load_suite
+from workbench.suites.definition import load_suite
+from workbench.suites.scorers import sandbox
+from workbench.suites.scorers.sandbox import run_python
 
 CORRECT_HAS_CLOSE_ELEMENTS = """    for i, a in enumerate(numbers):
         for b in numbers[i + 1:]:

@@ -11,14 +11,14 @@ import pytest
 from click.testing import CliRunner
 
 from workbench.cli import main
-from workbench.compare import Evidence, evaluate_gates
-from workbench.config import EndpointConfig, EngineConfig, is_repo_id, load_config
-from workbench.errors import InputError
-from workbench.gates import GatePolicy, MemoryGate
-from workbench.hub import resolve_hub_model
-from workbench.measure import library_credentials
-from workbench.preflight import host_devices, parallelism_problems
-from workbench.serve import engine_command
+from workbench.config.gate_policy import GatePolicy, MemoryGate
+from workbench.config.run_config import EndpointConfig, EngineConfig, is_repo_id, load_config
+from workbench.gate.gates import Evidence, evaluate_gates
+from workbench.measure.measurement import library_credentials
+from workbench.mechanisms.errors import InputError
+from workbench.mechanisms.hub import resolve_hub_model
+from workbench.plan.checks import host_devices, parallelism_problems
+from workbench.serve.engine import engine_command
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT = REPO / "configs" / "default.yaml"
@@ -217,7 +217,7 @@ def test_a_task_folder_travels_as_bytes_and_cannot_escape_where_it_lands(tmp_pat
     import io
     import tarfile
 
-    from workbench.fanout import pack, unpack
+    from workbench.sweep.fanout import pack, unpack
 
     src = tmp_path / "task"
     (src / "candidate").mkdir(parents=True)

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from workbench.config import EngineConfig
-from workbench.errors import InfraError
-from workbench.serve import EngineServer, parse_cache_info
+from workbench.config.run_config import EngineConfig
+from workbench.mechanisms.errors import InfraError
+from workbench.serve.engine import EngineServer, parse_cache_info
 
 STAND_IN = textwrap.dedent('''
     import http.server, subprocess, sys, time
@@ -63,7 +63,7 @@ def alive(pid: int) -> bool:
 
 @pytest.fixture(autouse=True)
 def engine_python_exists(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("workbench.serve.engine_python", lambda: Path(sys.executable))
+    monkeypatch.setattr("workbench.serve.engine.engine_python", lambda: Path(sys.executable))
 
 
 def test_start_waits_for_health_reads_cache_info_and_stops_the_whole_group(tmp_path):
@@ -114,8 +114,8 @@ def test_engine_does_not_outlive_a_killed_workbench(tmp_path):
     owner.write_text(textwrap.dedent(f'''
         import sys, time
         from pathlib import Path
-        from workbench.config import EngineConfig
-        from workbench.serve import EngineServer
+        from workbench.config.run_config import EngineConfig
+        from workbench.serve.engine import EngineServer
         srv = EngineServer(Path("{tmp_path}"), "m", EngineConfig(), Path("{tmp_path}/s.log"),
                            device="cpu")
         srv.command = [sys.executable, "{script}", str(srv.port), "0", "ok", "{tmp_path}/c.pid"]
@@ -143,7 +143,7 @@ def test_engine_does_not_outlive_a_killed_workbench(tmp_path):
 
 
 def test_the_kernel_path_is_read_from_the_engine_log() -> None:
-    from workbench.serve import kernel_choices
+    from workbench.serve.engine import kernel_choices
 
     log = ("(Worker pid=1) INFO 11-30 19:05:49 [compressed_tensors_wNa16.py:138] Using "
            "CPUWNA16LinearKernel for CompressedTensorsWNA16\n"

@@ -1,6 +1,6 @@
 import pytest
 
-from workbench.evaluate.structured import extract_json, score_json
+from workbench.suites.scorers.structured import extract_json, score_json
 
 SCHEMA = {"type": "object", "properties": {"base": {"type": "integer"},
                                            "unit": {"type": "string"}},

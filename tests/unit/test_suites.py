@@ -2,29 +2,11 @@ import json
 from pathlib import Path
 
 import pytest
+from builders import SAFETY, SPEC, STRUCTURED, make_suite
 
-from workbench.errors import InputError
-from workbench.evaluate.runner import score_response
-from workbench.evaluate.suites import load_suite
-
-SPEC = """name: tiny
-version: "1"
-kind: quality
-prompt_template: "What is {a} + {b}?"
-max_tokens: 8
-"""
-
-
-def make_suite(root: Path, rows: list[dict] | str, spec: str = SPEC, licence: bool = True) -> Path:
-    folder = root / "tiny"
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "suite.yaml").write_text(spec)
-    data = rows if isinstance(rows, str) else "".join(json.dumps(r) + "\n" for r in rows)
-    (folder / "items.jsonl").write_text(data)
-    (folder / "SOURCE.md").write_text("test data")
-    if licence:
-        (folder / "LICENSE").write_text("CC0")
-    return folder
+from workbench.mechanisms.errors import InputError
+from workbench.suites.definition import load_suite
+from workbench.suites.runner import score_response
 
 
 def test_valid_suite_renders_prompts_and_keeps_slices(tmp_path: Path) -> None:
@@ -108,15 +90,6 @@ def test_fidelity_suite_needs_no_answer_but_must_score_logprobs(tmp_path: Path) 
         load_suite(str(folder))
 
 
-SAFETY = """name: tiny
-version: "1"
-kind: safety
-prompt_template: "{request}"
-scoring: refusal
-answer_field: expect
-"""
-
-
 def test_safety_items_must_say_refuse_or_comply(tmp_path: Path) -> None:
     rows = [{"id": "h1", "request": "r", "expect": "refuse"},
             {"id": "h2", "request": "r", "expect": "maybe"}]
@@ -129,15 +102,6 @@ def test_safety_kind_is_scored_only_by_refusal(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="kind 'safety' is scored by refusal"):
         load_suite(str(make_suite(tmp_path, [{"id": "a", "request": "r", "expect": "refuse"}],
                                   spec)))
-
-
-STRUCTURED = """name: tiny
-version: "1"
-kind: structured
-prompt_template: "{question}"
-scoring: json
-answer_field: arguments
-"""
 
 
 def test_structured_suite_runs_free_and_guided_with_distinct_names(tmp_path: Path) -> None:
@@ -227,7 +191,7 @@ def test_lm_eval_task_file_must_exist_and_data_rows_need_ids(tmp_path: Path) -> 
 def test_lm_eval_task_copy_has_absolute_data_and_keeps_function_hooks(tmp_path: Path) -> None:
     import yaml
 
-    from workbench.evaluate.lmeval import _resolved_task_dir, _TaskLoader
+    from workbench.suites.lmeval import _resolved_task_dir, _TaskLoader
 
     rows = [{"id": "q1", "question": "2+2?", "choices": ["4", "5"], "answer": 0}]
     folder = make_suite(tmp_path / "suite", rows, LMEVAL)

@@ -8,15 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from workbench.sweep import (
-    Recommendation,
-    SweepRecord,
-    SweepRow,
-    rank,
-    render_sweep,
-    row_of,
-    write_sweep,
-)
+from workbench.sweep.report import render_sweep, write_sweep
+from workbench.sweep.table import Recommendation, SweepRecord, SweepRow, rank, row_of
 
 
 def row(name: str, decision: str, quality: float | None, efficiency: float | None,
@@ -75,7 +68,7 @@ def test_a_promoted_candidate_without_a_figure_is_off_the_front() -> None:
 
 
 def test_a_row_reads_its_figures_from_the_decision_record() -> None:
-    from test_record import record
+    from builders import record
 
     rec = record("promote")
     rec.fidelity = {"heldout-text": {"kl_mean": 0.01, "top1_agreement": 0.97}}
@@ -93,9 +86,9 @@ def test_a_row_reads_its_figures_from_the_decision_record() -> None:
 def test_the_sweep_record_matches_its_published_schema(tmp_path: Path) -> None:
     import jsonschema
 
-    from workbench.schemas.sweep import SCHEMA_FILE, sweep_schema, validate_sweep
+    from workbench.sweep.schema import SCHEMA_FILE, sweep_schema, validate_sweep
 
-    # `python -m workbench.schemas.sweep` rewrites the file when the types change
+    # `python -m workbench.sweep.schema` rewrites the file when the types change
     assert json.loads(SCHEMA_FILE.read_text()) == sweep_schema()
     rows = [row("int4", "promote", -0.02, 0.3), row("broken", "reject", -0.9, 0.1, ("g",)),
             SweepRow("fp8", "skipped", "emulated")]

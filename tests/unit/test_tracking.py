@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from workbench.config import TrackingConfig
-from workbench.tracking import Tracker
+from workbench.config.run_config import TrackingConfig
+from workbench.tracking.tracker import Tracker
 
 
 def test_nested_runs_curves_datasets_and_the_registry(tmp_path: Path) -> None:

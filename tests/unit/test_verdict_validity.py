@@ -7,21 +7,25 @@ import math
 
 import numpy as np
 import pytest
+from builders import suite_result
 
-from tests.unit.test_compare import suite_result
-from workbench.compare import (
+from workbench.config.gate_policy import (
+    FidelityGate,
+    GatePolicy,
+    HealthGate,
+    LatencyGate,
+    QualityGate,
+)
+from workbench.gate.gates import (
     Evidence,
-    constant_answers,
     decide,
     evaluate_gates,
-    evidence_strength,
-    paired_delta,
 )
-from workbench.evaluate.fidelity import first_divergence, generation_agreement
-from workbench.evaluate.runner import ItemResult, SuiteResult
-from workbench.gates import FidelityGate, GatePolicy, HealthGate, LatencyGate, QualityGate
-from workbench.latency_ratios import session_ratio_interval
-from workbench.loadtest import LevelResult, LoadResult
+from workbench.gate.latency import session_ratio_interval
+from workbench.gate.paired import constant_answers, evidence_strength, paired_delta
+from workbench.loadtest.bench import LevelResult, LoadResult
+from workbench.suites.runner import ItemResult, SuiteResult
+from workbench.suites.scorers.fidelity import first_divergence, generation_agreement
 
 
 def generated(healthy: list[bool], name: str = "g", health_checked: bool = True
@@ -179,8 +183,8 @@ def test_session_interval_covers_an_aa_at_the_stated_confidence(sessions: int) -
 
 def test_a_health_gate_naming_a_suite_that_generates_nothing_is_refused_up_front(
         tmp_path) -> None:
-    from workbench.evaluate.suites import load_suite
-    from workbench.preflight import policy_problems
+    from workbench.plan.checks import policy_problems
+    from workbench.suites.definition import load_suite
 
     suites = [load_suite("arithmetic"), load_suite("mmlu-sample")]
     policy = GatePolicy(health=HealthGate(max_drop=0.05, suites=["arithmetic", "mmlu-sample",

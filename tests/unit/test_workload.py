@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from workbench.config import LoadProfile, load_config
-from workbench.errors import InputError
-from workbench.workload import Request, draw_requests, read_trace, write_timed_trace
+from workbench.config.run_config import LoadProfile, load_config
+from workbench.loadtest.workload import Request, draw_requests, read_trace, write_timed_trace
+from workbench.mechanisms.errors import InputError
 
 REPO = Path(__file__).resolve().parents[2]
 

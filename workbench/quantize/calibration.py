@@ -8,9 +8,9 @@ from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 
-from ..config import CalibrationConfig
-from ..errors import InputError
-from ..jsonl import jsonl_lines
+from workbench.config.run_config import CalibrationConfig
+from workbench.mechanisms.errors import InputError
+from workbench.mechanisms.jsonl import jsonl_lines
 
 __all__ = ["calibration_samples", "heldout_samples", "read_passages"]
 

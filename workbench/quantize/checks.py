@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..config import RunConfig
-from .formats import (
+from workbench.config.run_config import RunConfig
+from workbench.quantize.formats import (
     ServedFormat,
     format_of_candidate,
     format_of_checkpoint,

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ..config import Candidate
+from workbench.config.run_config import Candidate
 
 __all__ = [
     "ServedFormat", "format_of_candidate", "format_of_checkpoint", "group_size_problems",

@@ -1,0 +1,100 @@
+"""`workbench gate` at another confidence: every interval of the re-gated record (each gate's
+evidence, each suite's comparison, decision.md's tables) is the one at that confidence,
+recomputed from the stored per-item results."""
+
+import json
+import random
+import re
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+from builders import record, suite_result
+from click.testing import CliRunner
+
+from workbench.cli import main
+from workbench.gate.paired import paired_delta
+from workbench.loadtest.bench import LoadResult
+from workbench.measure.measurement import MEASUREMENT_FILE, Measurement
+from workbench.record.render import write_record
+from workbench.serve.engine import ServerInfo
+
+POLICY = """confidence: {confidence}
+bootstrap_resamples: 2000
+quality:
+  - {{suite: q, max_drop: 0.10, slice_max_drop: 0.30, min_slice_items: 5}}
+"""
+
+
+def _scores(seed: int, n: int, p: float) -> list[float]:
+    rng = random.Random(seed)
+    return [1.0 if rng.random() < p else 0.0 for _ in range(n)]
+
+
+def _run_folder(root: Path) -> tuple[Path, list[float], list[float], list[str]]:
+    """A stored run: a valid record judged at 95%, and both sides' per-item results of a
+    suite `q` with two slices, the candidate somewhat worse."""
+    base, cand = _scores(1, 80, 0.7), _scores(2, 80, 0.6)
+    slices = ["easy", "hard"] * 40
+    run = root / "run"
+    run.mkdir()
+    write_record(run, record("promote"))
+    for role, scores in (("baseline", base), ("candidate", cand)):
+        suite = suite_result(scores, slices)
+        server = ServerInfo("/m", "m", "cpu", [], 1.0, "server.log")
+        m = Measurement(role, server, {"q": suite}, LoadResult("client", {}, []), 1.0)
+        (run / role).mkdir()
+        (run / role / MEASUREMENT_FILE).write_text(json.dumps(m.to_dict()))
+    (run / "gates.yaml").write_text(POLICY.format(confidence=0.95))
+    return run, base, cand, slices
+
+
+def _interval(base: list[float], cand: list[float], confidence: float) -> tuple[float, float]:
+    d = paired_delta(base, cand, confidence, 2000, 0)
+    return d.ci_low, d.ci_high
+
+
+@pytest.mark.parametrize("confidence", [0.80, 0.99])
+def test_a_regated_record_has_every_interval_at_its_own_confidence(
+        tmp_path: Path, confidence: float) -> None:
+    run, base, cand, slices = _run_folder(tmp_path)
+    policy = tmp_path / "p.yaml"
+    policy.write_text(POLICY.format(confidence=confidence))
+    out = tmp_path / "regated"
+    result = CliRunner().invoke(main, ["gate", str(run), "--policy", str(policy),
+                                       "--out", str(out)])
+    assert result.exit_code in (0, 1), result.output
+    rec = json.loads((out / "decision.json").read_text())
+    assert rec["policy"]["confidence"] == confidence
+
+    def part(name: str | None) -> tuple[list[float], list[float]]:
+        keep = [i for i, s in enumerate(slices) if name is None or s == name]
+        return [base[i] for i in keep], [cand[i] for i in keep]
+
+    expected = {name or "(all)": _interval(*part(name), confidence)
+                for name in (None, "easy", "hard")}
+    wider = {name or "(all)": _interval(*part(name), 0.95) for name in (None, "easy", "hard")}
+    assert all(expected[k] != wider[k] for k in expected)  # the test can tell them apart
+
+    comparison = rec["suites"]["q"]["comparison"]
+    assert set(comparison) == set(expected)
+    for name, (low, high) in expected.items():
+        assert (comparison[name]["ci_low"], comparison[name]["ci_high"]) == \
+            pytest.approx((low, high))
+    gates = {g["gate"]: g for g in rec["gates"]}
+    for gate, name in (("quality:q", "(all)"), ("quality:q[easy]", "easy"),
+                       ("quality:q[hard]", "hard")):
+        ev = gates[gate]["evidence"]
+        assert (ev["ci_low"], ev["ci_high"]) == pytest.approx(expected[name])
+    assert rec["suites"]["q"]["flips"] == {
+        "paired": 80, "to_wrong": sum(b == 1 and c == 0 for b, c in zip(base, cand)),
+        "to_right": sum(b == 0 and c == 1 for b, c in zip(base, cand))}
+
+    md = (out / "decision.md").read_text()
+    shown = {(float(a), float(b)) for a, b in re.findall(r"\[([+-]\d\.\d{3}), ([+-]\d\.\d{3})\]", md)}
+    for low, high in expected.values():
+        assert (round(low, 3), round(high, 3)) in shown
+    for low, high in wider.values():
+        if (round(low, 3), round(high, 3)) not in {(round(a, 3), round(b, 3))
+                                                   for a, b in expected.values()}:
+            assert (round(low, 3), round(high, 3)) not in shown  # no 95% interval left

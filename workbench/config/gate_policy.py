@@ -1,0 +1,214 @@
+"""The gate policy: what a candidate must show to replace the baseline (configs/gates/*.yaml)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from workbench.config.run_config import format_validation_error, read_yaml
+from workbench.mechanisms.errors import InputError
+
+__all__ = ["LATENCY_METRICS", "MEMORY_METRICS", "FidelityGate", "GatePolicy", "HealthGate",
+           "LatencyGate", "MemoryGate", "QualityGate", "SLOGate", "load_gate_policy"]
+
+# Metrics a latency gate may name: (LevelResult field, statistic) pairs, plus throughput.
+LATENCY_METRICS = {
+    "ttft_p50_ms": ("ttft_ms", "p50"), "ttft_p95_ms": ("ttft_ms", "p95"),
+    "ttft_p99_ms": ("ttft_ms", "p99"), "tpot_p50_ms": ("tpot_ms", "p50"),
+    "tpot_p95_ms": ("tpot_ms", "p95"), "tpot_p99_ms": ("tpot_ms", "p99"),
+    "e2el_p50_ms": ("e2el_ms", "p50"), "e2el_p99_ms": ("e2el_ms", "p99"),
+    "ttft_max_ms": ("ttft_ms", "max"), "tpot_max_ms": ("tpot_ms", "max"),
+    "itl_p50_ms": ("itl_ms", "p50"), "itl_p99_ms": ("itl_ms", "p99"),
+    "e2el_p95_ms": ("e2el_ms", "p95"), "e2el_max_ms": ("e2el_ms", "max"),
+    "output_throughput": ("output_throughput", None),
+    "request_throughput": ("request_throughput", None),
+    # per-request SLO judgement (the load profile's slo): share met, and met per second
+    "slo_attainment": ("slo", "attainment"), "goodput_rps": ("slo", "goodput_rps"),
+}
+# Headroom figures a memory gate may name (headroom.Headroom fields).
+MEMORY_METRICS = ("kv_cache_tokens", "max_concurrent_sequences", "weights_bytes",
+                  "peak_engine_rss_bytes", "peak_gpu_memory_bytes")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class QualityGate(_Strict):
+    """Non-inferiority of the candidate on a suite, overall and per slice: the paired
+    interval of (candidate - baseline) must lie above -max_drop."""
+
+    suite: str
+    metric: str = Field(default="score", description="score (the suite's per-item score), "
+                        "or a per-item check: refused, schema_valid, parses, ...")
+    max_drop: float = Field(ge=0, le=1, description="Largest tolerated loss, overall")
+    slice_max_drop: float | None = Field(
+        default=None, ge=0, le=1, description="Largest tolerated loss in any slice"
+    )
+    min_slice_items: int = Field(default=10, ge=1, description="Smaller slices are reported "
+                                                               "as too small to decide")
+    min_recovery: float | None = Field(
+        default=None, gt=0, le=2, description="candidate / baseline mean, overall, at least")
+    min_value: float | None = Field(
+        default=None, ge=0, le=1, description="The candidate's own mean, at least (a floor)")
+
+
+class HealthGate(_Strict):
+    """Generation health (evaluate/health.py) is non-inferior to the baseline's: on each
+    suite that generates text, and over all their items pooled."""
+
+    max_drop: float = Field(ge=0, le=1, description="Largest tolerated loss of the healthy "
+                                                    "share, per generating suite")
+    pooled_max_drop: float | None = Field(
+        default=None, ge=0, le=1, description="The same over every generating suite's items "
+                                              "together (more items: a tighter interval)")
+    min_value: float | None = Field(default=None, ge=0, le=1,
+                                    description="The candidate's own healthy share, at least")
+    suites: list[str] | None = Field(default=None, description="Only these suites (default: "
+                                     "every suite of the run that generates text)")
+
+
+class FidelityGate(_Strict):
+    """How closely the candidate follows the baseline: token-level KL and top-1 agreement
+    on a fidelity suite, agreement of greedy continuations on it, or the share of items
+    whose correctness flipped on any suite."""
+
+    suite: str
+    max_kl_mean: float | None = Field(default=None, gt=0)
+    min_top1_agreement: float | None = Field(default=None, gt=0, le=1)
+    max_flip_rate: float | None = Field(default=None, ge=0, le=1,
+                                        description="(lost + gained) / paired items")
+    min_identical_share: float | None = Field(
+        default=None, ge=0, le=1, description="Share of items whose greedy continuation is "
+                                              "identical to the baseline's")
+    min_prefix_agreement: float | None = Field(
+        default=None, ge=0, le=1, description="Mean share of each greedy continuation "
+                                              "generated before the first token that differs")
+
+    @model_validator(mode="after")
+    def _something(self) -> FidelityGate:
+        bounds = (self.max_kl_mean, self.min_top1_agreement, self.max_flip_rate,
+                  self.min_identical_share, self.min_prefix_agreement)
+        if all(b is None for b in bounds):
+            raise ValueError("give max_kl_mean, min_top1_agreement, max_flip_rate, "
+                             "min_identical_share or min_prefix_agreement")
+        return self
+
+
+class SLOGate(_Strict):
+    """The candidate holds the load profile's SLO (p99 TTFT and TPOT, no error) at a level,
+    and serves enough of its requests within it."""
+
+    level: str | None = Field(default=None, description="e.g. c8 or r4; default the heaviest")
+    min_attainment: float | None = Field(default=None, ge=0, le=1)
+    devices: list[Literal["cpu", "cuda"]] = Field(default=["cpu", "cuda"])
+
+
+class LatencyGate(_Strict):
+    """A candidate/baseline ratio of one load-test figure, at every load level."""
+
+    metric: Literal[tuple(LATENCY_METRICS)]  # type: ignore[valid-type]
+    max_ratio: float | None = Field(default=None, gt=0)
+    min_ratio: float | None = Field(default=None, gt=0)
+    devices: list[Literal["cpu", "cuda"]] = Field(
+        default=["cpu", "cuda"],
+        description="Devices whose measurements this gate judges",
+    )
+
+    @model_validator(mode="after")
+    def _one_bound(self) -> LatencyGate:
+        if (self.max_ratio is None) == (self.min_ratio is None):
+            raise ValueError("give exactly one of max_ratio or min_ratio")
+        return self
+
+
+class MemoryGate(_Strict):
+    """A candidate/baseline ratio of one memory-headroom figure: e.g. at least as many
+    KV-cache tokens (min_ratio 1.0), or weights at most half the size (max_ratio 0.5)."""
+
+    metric: Literal[MEMORY_METRICS]  # type: ignore[valid-type]
+    max_ratio: float | None = Field(default=None, gt=0)
+    min_ratio: float | None = Field(default=None, gt=0)
+    at_endpoints: Literal["fail", "not_applicable"] = Field(
+        default="fail", description="When a side is measured at an endpoint that cannot give "
+        "this figure (weights on disk, peak process or GPU memory): fail closed, or judge "
+        "the gate not applicable")
+
+    @model_validator(mode="after")
+    def _one_bound(self) -> MemoryGate:
+        if (self.max_ratio is None) == (self.min_ratio is None):
+            raise ValueError("give exactly one of max_ratio or min_ratio")
+        return self
+
+
+Objective = Literal["cost", "throughput", "weights", "kv_capacity"]
+QualityMeasure = Literal["worst_lower_bound", "top1_agreement"]
+
+
+class SweepPolicy(_Strict):
+    """How `workbench sweep` ranks candidates that passed: quality retained (the worst
+    lower bound of a gated suite's paired delta) against one efficiency objective."""
+
+    objective: Objective = Field(
+        default="cost", description="cost: $ per million output tokens at the heaviest load "
+        "level meeting the SLO (lower is better); throughput: output tokens/s at that level; "
+        "weights: weights on disk (lower); kv_capacity: KV-cache tokens (higher)")
+    quality: QualityMeasure = Field(
+        default="worst_lower_bound", description="worst_lower_bound: the lowest lower bound "
+        "of a gated quality/safety/structured suite's paired delta; top1_agreement: the "
+        "first fidelity suite's top-1 agreement with the baseline (for policies that gate "
+        "no paired suite)")
+
+
+class GatePolicy(_Strict):
+    confidence: float = Field(default=0.95, gt=0.5, lt=1)
+    bootstrap_resamples: int = Field(default=10000, ge=1000)
+    inconclusive_blocks: bool = Field(default=True, description="An inconclusive gate makes "
+                                      "the decision inconclusive (exit 1); false: it is reported "
+                                      "and does not block")
+    multiple_comparisons: Literal["none", "holm"] = Field(
+        default="none", description="holm: the paired tests' one-sided p-values are "
+                                    "Holm-adjusted across every paired gate before judging")
+    quality: list[QualityGate] = Field(default_factory=list)
+    safety: list[QualityGate] = Field(default_factory=list, description="Paired like quality, "
+                                      "on safety suites (score: the right refusal behaviour)")
+    structured: list[QualityGate] = Field(default_factory=list)
+    health: HealthGate | None = Field(default=None, description="Generation health of every "
+                                      "suite that generates text, paired with the baseline")
+    fidelity: list[FidelityGate] = Field(default_factory=list)
+    latency: list[LatencyGate] = Field(default_factory=list)
+    slo: list[SLOGate] = Field(default_factory=list)
+    memory: list[MemoryGate] = Field(default_factory=list)
+    sweep: SweepPolicy = Field(default_factory=SweepPolicy,
+                               description="How a sweep ranks the candidates that passed")
+
+    def paired(self) -> list[tuple[str, QualityGate]]:
+        """Every paired non-inferiority gate with its section name."""
+        return ([("quality", g) for g in self.quality] + [("safety", g) for g in self.safety]
+                + [("structured", g) for g in self.structured])
+
+
+    def judges_something(self) -> bool:
+        return bool(self.paired() or self.fidelity or self.latency or self.slo or self.memory
+                    or self.health)
+
+
+def load_gate_policy(path: Path) -> GatePolicy:
+    """The policy, refusing one that would judge nothing: an empty file, a list, no gates
+    (a run judged by no gate would end "0 gates judged")."""
+    raw = read_yaml(path)
+    if not isinstance(raw, dict):
+        got = "an empty file" if raw is None else type(raw).__name__
+        raise InputError(f"{path}: expected a mapping of gate sections (quality, safety, "
+                         f"latency, ...), got {got}")
+    try:
+        policy = GatePolicy.model_validate(raw)
+    except ValidationError as err:
+        problems = format_validation_error(path, err, GatePolicy)
+        raise InputError(problems[0], problems) from None
+    if not policy.judges_something():
+        raise InputError(f"{path}: declares no gate (give at least one of quality, safety, "
+                         "structured, health, fidelity, latency, slo, memory)")
+    return policy

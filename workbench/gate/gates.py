@@ -1,0 +1,404 @@
+"""Every gate of a policy judged on one candidate's evidence against its baseline.
+
+Quality, safety, structured output and generation health are non-inferiority tests on the
+paired comparisons (paired.py); fidelity, latency, the SLO and memory read their figures.
+A gate whose metric is missing fails: the policy fails closed.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+from scipy import stats
+
+from workbench.config.gate_policy import (
+    FidelityGate,
+    GatePolicy,
+    HealthGate,
+    LatencyGate,
+    MemoryGate,
+    QualityGate,
+    SLOGate,
+)
+from workbench.gate.latency import (
+    latency_judgement,
+    level_value,
+    ratio,
+    round_values,
+    session_ratio_interval,
+    within_session_interval,
+)
+from workbench.gate.paired import (
+    Comparisons,
+    PairedDelta,
+    Status,
+    count_flips,
+    evidence_strength,
+    holm_adjust,
+    paired_scores,
+)
+from workbench.loadtest.bench import LoadResult
+from workbench.suites.runner import SuiteResult
+
+__all__ = ["Evidence", "GateOutcome", "decide", "evaluate_gates", "non_inferiority"]
+
+
+
+@dataclass(frozen=True)
+class GateOutcome:
+    gate: str
+    status: Status
+    detail: str
+    threshold: float | None = None
+    value: float | None = None
+    evidence: dict = field(default_factory=dict)
+
+
+def non_inferiority(delta: PairedDelta, margin: float) -> Status:
+    if delta.ci_low >= -margin:
+        return "pass"
+    if delta.ci_high < -margin:
+        return "fail"
+    return "inconclusive"
+
+
+@dataclass
+class _PairedCheck:
+    label: str
+    margin: float
+    slice_name: str | None = None  # None: the whole suite
+    delta: PairedDelta | None = None
+    outcome: GateOutcome | None = None  # decided without a test (missing, too small)
+    constant_baseline: bool = False  # the baseline answered every item alike: no power
+
+
+def _paired_checks(section: str, gate: QualityGate, base: SuiteResult | None,
+                   cand: SuiteResult | None, compared: Comparisons,
+                   name: str | None = None) -> tuple[list[_PairedCheck], list[GateOutcome]]:
+    """The tests a paired gate asks for (overall, each slice), and its floors' outcomes."""
+    name = name or (f"{section}:{gate.suite}"
+                    + (f".{gate.metric}" if gate.metric != "score" else ""))
+    if base is None or cand is None:
+        missing = "baseline" if base is None else "candidate"
+        return [], [GateOutcome(name, "fail", f"{missing} results of suite {gate.suite!r} "
+                                "missing (fail closed)")]
+    checks = [_PairedCheck(name, gate.max_drop)]
+    floors: list[GateOutcome] = []
+    slices = [(s, info["n"]) for s, info in base.slices.items()] if gate.slice_max_drop else []
+    for s, n in slices:
+        label = f"{name}[{s}]"
+        if n < gate.min_slice_items:
+            checks.append(_PairedCheck(label, gate.slice_max_drop or 0.0, s, outcome=GateOutcome(
+                label, "not_applicable", f"too small to decide: n={n} < min_slice_items "
+                f"{gate.min_slice_items}")))
+        else:
+            checks.append(_PairedCheck(label, gate.slice_max_drop or 0.0, s))
+    for check in checks:
+        if check.outcome is not None:
+            continue
+        paired = compared.of(base, cand, check.slice_name, gate.metric)
+        if paired is None:
+            check.outcome = GateOutcome(check.label, "fail", f"no paired items with "
+                                        f"{gate.metric!r} (fail closed)")
+            continue
+        check.delta = paired.against(check.margin)
+        # one answer to every item, and the candidate changed none: the suite could not
+        # have shown a change
+        check.constant_baseline = paired.constant_baseline
+    overall = checks[0].delta
+    if overall is not None and gate.min_recovery is not None:
+        ratio = overall.candidate / overall.baseline if overall.baseline > 0 else math.nan
+        floors.append(GateOutcome(
+            f"{name}:recovery", "pass" if ratio >= gate.min_recovery else "fail",
+            f"candidate/baseline {overall.candidate:.3f}/{overall.baseline:.3f} = {ratio:.3f} "
+            f"(min {gate.min_recovery})", gate.min_recovery, ratio))
+    if overall is not None and gate.min_value is not None:
+        floors.append(GateOutcome(
+            f"{name}:floor", "pass" if overall.candidate >= gate.min_value else "fail",
+            f"candidate {gate.metric} {overall.candidate:.3f} (min {gate.min_value})",
+            gate.min_value, overall.candidate))
+    return checks, floors
+
+
+def _judge_paired(checks: list[_PairedCheck], policy: GatePolicy) -> list[GateOutcome]:
+    """Each test's outcome: by its interval, or by Holm-adjusted one-sided p-values across
+    every paired test of the policy when it asks for that."""
+    tested = [c for c in checks if c.delta is not None]
+    adjusted = holm_adjust([c.delta.p_inferior for c in tested if c.delta]) \
+        if policy.multiple_comparisons == "holm" else None
+    alpha = (1 - policy.confidence) / 2
+    outcomes = []
+    for check in checks:
+        if check.outcome is not None:
+            outcomes.append(check.outcome)
+            continue
+        d = check.delta
+        assert d is not None
+        status = non_inferiority(d, check.margin)
+        extra = ""
+        if adjusted is not None:
+            p_adj = adjusted[tested.index(check)]
+            extra = f", Holm-adjusted p={p_adj:.3g} (alpha {alpha:.3g})"
+            status = "pass" if p_adj <= alpha else ("fail" if status == "fail"
+                                                    else "inconclusive")
+        if check.constant_baseline and status == "pass" \
+                and d.flips_to_wrong + d.flips_to_right == 0:
+            status = "inconclusive"  # a pass it could not have failed is no evidence
+            extra += (f"; the baseline gives the same answer to all {d.n} items: this "
+                      "suite cannot see a change")
+        strength = evidence_strength(d, check.margin, policy.confidence, status)
+        extra += f"; could detect a drop of {strength['detectable_drop']:.3f}"
+        if strength["items_to_decide"] is not None:
+            extra += f", about {strength['items_to_decide']} more items would decide it"
+        detail = (f"{d.baseline:.3f} -> {d.candidate:.3f}, delta {d.delta:+.3f} "
+                  f"[{d.ci_low:+.3f}, {d.ci_high:+.3f}] vs margin -{check.margin:.3f}; "
+                  f"flips {d.flips_to_wrong} lost / {d.flips_to_right} gained, "
+                  f"McNemar p={d.mcnemar_p:.3g}, n={d.n}{extra}")
+        outcomes.append(GateOutcome(check.label, status, detail, -check.margin, d.delta,
+                                    {**asdict(d), **strength,
+                                     "constant_baseline": check.constant_baseline}))
+    return outcomes
+
+
+def _has_health(result: SuiteResult) -> bool:
+    return any("healthy" in i.checks for i in result.items)
+
+
+def _pooled(results: list[SuiteResult]) -> SuiteResult:
+    """Every item of several suites as one result (ids prefixed by their suite)."""
+    items = [replace(i, id=f"{r.suite}/{i.id}") for r in results for i in r.items]
+    return SuiteResult(suite="(pooled)", version="", digest="", n=len(items), accuracy=0.0,
+                       slices={}, items_file="", items=items, kind="pooled", generates=True)
+
+
+def _health_gate_checks(gate: HealthGate, ev: Evidence, compared: Comparisons
+                        ) -> tuple[list[_PairedCheck], list[GateOutcome]]:
+    """Health non-inferiority per generating suite and pooled: paired like any check."""
+    names = gate.suites or sorted(n for n, r in ev.base_suites.items()
+                                  if r.generates and n in ev.cand_suites)
+    if not names:
+        return [], [GateOutcome("health", "not_applicable", "no suite of this run generates "
+                                "text")]
+    checks: list[_PairedCheck] = []
+    outcomes: list[GateOutcome] = []
+    measured = []
+    for name in names:
+        base, cand = ev.base_suites.get(name), ev.cand_suites.get(name)
+        if base is not None and cand is not None and not (_has_health(base)
+                                                          and _has_health(cand)):
+            outcomes.append(GateOutcome(f"health:{name}", "fail", "no generation-health "
+                                        "evidence for this suite (recorded before health "
+                                        "checks existed: measure it again; fail closed)"))
+            continue
+        rule = QualityGate(suite=name, metric="healthy", max_drop=gate.max_drop,
+                           min_value=gate.min_value)
+        c, f = _paired_checks("health", rule, base, cand, compared, f"health:{name}")
+        checks += c
+        outcomes += f
+        if c and base is not None and cand is not None:
+            measured.append((base, cand))
+    if gate.pooled_max_drop is not None and len(measured) > 1:
+        rule = QualityGate(suite="(pooled)", metric="healthy", max_drop=gate.pooled_max_drop)
+        c, f = _paired_checks("health", rule, _pooled([b for b, _ in measured]),
+                              _pooled([c for _, c in measured]), compared,
+                              "health:(pooled)")
+        checks += c
+        outcomes += f
+    return checks, outcomes
+
+
+def _memory_outcome(gate: MemoryGate, ev: Evidence) -> GateOutcome:
+    bound = "max" if gate.max_ratio is not None else "min"
+    limit = float(gate.max_ratio if gate.max_ratio is not None else gate.min_ratio or 0)
+    name = f"memory:{gate.metric}:{bound}_ratio"
+    base, cand = ev.base_headroom, ev.cand_headroom
+    at = [role for role, figures in ev.unmeasured.items() if gate.metric in figures]
+    if at:
+        where = f"{gate.metric} cannot be measured at the {' and '.join(at)}'s endpoint"
+        if gate.at_endpoints == "not_applicable":
+            return GateOutcome(name, "not_applicable", f"{where} (policy: at_endpoints: "
+                               "not_applicable)")
+        return GateOutcome(name, "fail", f"{where} (fail closed; a policy that accepts this "
+                           "marks the gate at_endpoints: not_applicable)")
+    bv, cv = float(base.get(gate.metric) or math.nan), float(cand.get(gate.metric) or math.nan)
+    value = ratio(bv, cv)
+    if math.isnan(value):
+        return GateOutcome(name, "fail", f"{gate.metric} not measured (fail closed)")
+    ok = value <= limit if bound == "max" else value >= limit
+    return GateOutcome(name, "pass" if ok else "fail",
+                       f"{gate.metric} {bv:.0f} -> {cv:.0f}, ratio {value:.3f} ({bound} {limit})",
+                       limit, value, {"baseline": bv, "candidate": cv})
+
+
+def _latency_outcomes(gate: LatencyGate, ev: Evidence, policy: GatePolicy, seed: int
+                      ) -> list[GateOutcome]:
+    bound = "max" if gate.max_ratio is not None else "min"
+    limit = float(gate.max_ratio if gate.max_ratio is not None else gate.min_ratio or 0)
+    name = f"latency:{gate.metric}:{bound}_ratio"
+    base, cand = ev.base_load, ev.cand_load
+    if ev.device not in gate.devices:
+        return [GateOutcome(name, "not_applicable", f"judges {', '.join(gate.devices)} "
+                            f"measurements; this run is {ev.device}")]
+    if base is None or cand is None or not base.levels:
+        return [GateOutcome(name, "fail", "load-test results missing (fail closed)")]
+    outcomes = []
+    for blevel in base.levels:
+        label = f"{name}@{blevel.key}"
+        clevel = cand.level(blevel.key)
+        if clevel is None:
+            outcomes.append(GateOutcome(label, "fail", "candidate level missing (fail closed)"))
+            continue
+        bv, cv = level_value(blevel, gate.metric), level_value(clevel, gate.metric)
+        value = ratio(bv, cv)
+        rounds = round_values(base, blevel.key, gate.metric), \
+            round_values(cand, blevel.key, gate.metric)
+        between = session_ratio_interval(*rounds, policy.confidence) \
+            if min(len(rounds[0]), len(rounds[1])) > 1 else None
+        if between is not None:
+            value, interval = between
+            bv, cv = (float(stats.gmean(r)) for r in rounds)  # what the ratio compares
+            shown = (f" [{interval[0]:.3f}, {interval[1]:.3f}] over {len(rounds[0])} + "
+                     f"{len(rounds[1])} engine sessions (between-session t interval)")
+        else:
+            interval = within_session_interval(gate.metric, ev.raw_dirs, blevel, clevel,
+                                               policy.confidence, policy.bootstrap_resamples,
+                                               seed)
+            shown = (f" [{interval[0]:.3f}, {interval[1]:.3f}] within one session each: "
+                     "the variance between sessions is not in it" if interval else
+                     " (point: no interval from this few requests)")
+        status = latency_judgement(value, interval, limit, bound)
+        detail = (f"{gate.metric} {bv:.2f} -> {cv:.2f}, ratio {value:.3f}{shown} "
+                  f"({bound} {limit})")
+        outcomes.append(GateOutcome(label, status, detail, limit, value, {
+            "baseline": bv, "candidate": cv,
+            "ratio_interval": list(interval) if interval else None,
+            "baseline_rounds": rounds[0], "candidate_rounds": rounds[1]}))
+    return outcomes
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """Everything the gates judge, for one candidate against its baseline."""
+
+    base_suites: dict[str, SuiteResult]
+    cand_suites: dict[str, SuiteResult]
+    base_load: LoadResult | None
+    cand_load: LoadResult | None
+    device: str
+    base_headroom: dict = field(default_factory=dict)
+    cand_headroom: dict = field(default_factory=dict)
+    fidelity: dict = field(default_factory=dict)  # suite -> FidelityResult dict
+    # where each model's per-request load data lies (its load/ folder): intervals for
+    # latency ratios; None: judge the point ratios
+    raw_dirs: tuple[Path, Path] | None = None
+    # role -> figures its endpoint could not give (serve.ENDPOINT_UNMEASURED); empty when
+    # both models were served here
+    unmeasured: dict[str, list[str]] = field(default_factory=dict)
+
+
+def _fidelity_outcomes(gate: FidelityGate, ev: Evidence) -> list[GateOutcome]:
+    name = f"fidelity:{gate.suite}"
+    out = []
+    token_level = ev.fidelity.get(gate.suite) or {}
+    agreement = token_level.get("agreement") or {}
+    for key, bound, better in (("kl_mean", gate.max_kl_mean, "max"),
+                               ("top1_agreement", gate.min_top1_agreement, "min"),
+                               ("identical_share", gate.min_identical_share, "min"),
+                               ("prefix_agreement", gate.min_prefix_agreement, "min")):
+        if bound is None:
+            continue
+        value = token_level.get(key, agreement.get(key))
+        if value is None:
+            out.append(GateOutcome(f"{name}:{key}", "fail", f"{key} of {gate.suite!r} not "
+                                   "measured (fail closed" + (": a run recorded before "
+                                   "generation agreement existed, or with agreement_tokens 0"
+                                   if key in ("identical_share", "prefix_agreement") else "")
+                                   + ")"))
+            continue
+        ok = value <= bound if better == "max" else value >= bound
+        out.append(GateOutcome(f"{name}:{key}", "pass" if ok else "fail",
+                               f"{key} {value:.4f} ({better} {bound})", bound, value))
+    if gate.max_flip_rate is not None:
+        base, cand = ev.base_suites.get(gate.suite), ev.cand_suites.get(gate.suite)
+        b, c = paired_scores(base, cand) if base and cand else ([], [])
+        if not b:
+            out.append(GateOutcome(f"{name}:flip_rate", "fail", f"no paired items of "
+                                   f"{gate.suite!r} (fail closed)"))
+        else:
+            lost, gained = count_flips(np.asarray(b), np.asarray(c))
+            rate = (lost + gained) / len(b)
+            out.append(GateOutcome(
+                f"{name}:flip_rate", "pass" if rate <= gate.max_flip_rate else "fail",
+                f"{lost} lost + {gained} gained of {len(b)} = {rate:.3f} "
+                f"(max {gate.max_flip_rate})", gate.max_flip_rate, rate,
+                {"lost": lost, "gained": gained, "paired": len(b)}))
+    return out
+
+
+def _slo_outcome(gate: SLOGate, ev: Evidence) -> GateOutcome:
+    where = gate.level or "heaviest"
+    name = f"slo@{where}"
+    if ev.device not in gate.devices:
+        return GateOutcome(name, "not_applicable", f"judges {', '.join(gate.devices)} "
+                           f"measurements; this run is {ev.device}")
+    levels = ev.cand_load.levels if ev.cand_load else []
+    level = (levels[-1] if levels else None) if gate.level is None else next(
+        (lv for lv in levels if lv.key == gate.level), None)
+    if level is None or not level.slo:
+        return GateOutcome(name, "fail", f"no SLO figures at level {where} (fail closed: "
+                           "the load profile must declare an SLO and run that level)")
+    problems = [] if level.slo.get("meets_slo") else [
+        f"p99 TTFT {level.ttft_ms['p99']:.0f} ms / TPOT {level.tpot_ms['p99']:.1f} ms vs "
+        f"{level.slo['ttft_p99_ms']:.0f} / {level.slo['tpot_p99_ms']:.0f}"
+        + (f", {level.failed} failed" if level.failed else "")]
+    if gate.min_attainment is not None and level.slo["attainment"] < gate.min_attainment:
+        problems.append(f"attainment {level.slo['attainment']:.3f} < {gate.min_attainment}")
+    detail = (f"candidate at {level.key}: " + ("; ".join(problems) if problems else
+              f"meets the SLO, attainment {level.slo['attainment']:.3f}"))
+    return GateOutcome(f"slo@{level.key}", "fail" if problems else "pass", detail,
+                       gate.min_attainment, level.slo["attainment"], dict(level.slo))
+
+
+def evaluate_gates(policy: GatePolicy, ev: Evidence, seed: int,
+                   compared: Comparisons | None = None) -> list[GateOutcome]:
+    """Every gate of the policy, judged on the evidence: pass, fail, inconclusive or
+    not_applicable, each with what it saw. Paired gates read their comparison from
+    `compared` (verdict.judge passes the one the record's tables read too)."""
+    compared = compared or Comparisons(policy.confidence, policy.bootstrap_resamples, seed)
+    checks: list[_PairedCheck] = []
+    floors: list[GateOutcome] = []
+    for section, gate in policy.paired():
+        c, f = _paired_checks(section, gate, ev.base_suites.get(gate.suite),
+                              ev.cand_suites.get(gate.suite), compared)
+        checks += c
+        floors += f
+    if policy.health is not None:
+        c, f = _health_gate_checks(policy.health, ev, compared)
+        checks += c
+        floors += f
+    outcomes = _judge_paired(checks, policy) + floors
+    for fid in policy.fidelity:
+        outcomes += _fidelity_outcomes(fid, ev)
+    for lat in policy.latency:
+        outcomes += _latency_outcomes(lat, ev, policy, seed)
+    for slo in policy.slo:
+        outcomes.append(_slo_outcome(slo, ev))
+    for mem in policy.memory:
+        outcomes.append(_memory_outcome(mem, ev))
+    return outcomes
+
+
+def decide(outcomes: list[GateOutcome], inconclusive_blocks: bool = True
+           ) -> Literal["promote", "reject", "inconclusive"]:
+    """Reject on any failure (or when nothing was judged); promote when every applicable
+    gate passed, or when the rest are inconclusive and the policy lets that through."""
+    judged = [o for o in outcomes if o.status != "not_applicable"]
+    if not judged or any(o.status == "fail" for o in judged):
+        return "reject"
+    if inconclusive_blocks and any(o.status == "inconclusive" for o in judged):
+        return "inconclusive"
+    return "promote"

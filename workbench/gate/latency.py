@@ -1,0 +1,118 @@
+"""Latency and throughput ratios of candidate to baseline, with their intervals.
+
+Two kinds of interval (docs/gates.md): with several engine sessions per model, a Student-t
+interval of the log ratio from one figure per session, which carries the variance between
+sessions; with one session each, a percentile bootstrap over the two levels' per-request
+data, which does not.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+from scipy import stats
+
+from workbench.config.gate_policy import LATENCY_METRICS
+from workbench.loadtest.bench import LevelResult, LoadResult, per_request_ms
+
+__all__ = ["MIN_TAIL", "latency_judgement", "level_value", "ratio", "ratio_interval",
+           "round_values", "session_ratio_interval", "within_session_interval"]
+
+Judgement = Literal["pass", "fail", "inconclusive"]
+
+
+def level_value(level: LevelResult, metric: str) -> float:
+    attr, stat = LATENCY_METRICS[metric]
+    value = getattr(level, attr)
+    # a figure the level lacks (no SLO declared) is NaN: every comparison with it fails
+    return float(value.get(stat, math.nan) if stat else value)
+
+
+def ratio(base: float, cand: float) -> float:
+    if math.isnan(base) or math.isnan(cand):
+        return math.nan
+    if base > 0:
+        return cand / base
+    return 1.0 if cand == base else math.inf
+
+
+MIN_TAIL = 5  # requests beyond a percentile needed to bootstrap its ratio
+
+
+def ratio_interval(base: np.ndarray, cand: np.ndarray, percentile: float, confidence: float,
+                   resamples: int, seed: int) -> tuple[float, float]:
+    """Percentile-bootstrap interval of percentile(cand) / percentile(base), the requests of
+    each model resampled on their own (they are different requests, not pairs)."""
+    def ratio(b: np.ndarray, c: np.ndarray, axis: int = -1) -> np.ndarray:
+        return np.percentile(c, percentile, axis=axis) / np.percentile(b, percentile, axis=axis)
+
+    res = stats.bootstrap((base, cand), ratio, confidence_level=confidence,
+                          n_resamples=resamples, method="percentile", paired=False,
+                          vectorized=True, random_state=np.random.default_rng(seed))
+    return float(res.confidence_interval.low), float(res.confidence_interval.high)
+
+
+def latency_judgement(value: float, interval: tuple[float, float] | None, limit: float,
+                       bound: str) -> Judgement:
+    """By the interval when there is one (inside the limit: pass; wholly outside: fail;
+    across it: inconclusive), else by the point ratio."""
+    if math.isnan(value):
+        return "fail"
+    if interval is None:
+        return "pass" if (value <= limit if bound == "max" else value >= limit) else "fail"
+    low, high = interval
+    if bound == "max":
+        return "pass" if high <= limit else "fail" if low > limit else "inconclusive"
+    return "pass" if low >= limit else "fail" if high < limit else "inconclusive"
+
+
+def round_values(load: LoadResult, key: str, metric: str) -> list[float]:
+    """The metric at one level in each engine session the model was load-tested in."""
+    return [level_value(lv, metric) for r in load.all_rounds()
+            if (lv := r.level(key)) is not None]
+
+
+def session_ratio_interval(base: list[float], cand: list[float], confidence: float
+                           ) -> tuple[float, tuple[float, float]] | None:
+    """(ratio, interval) of candidate / baseline from one figure per engine session.
+
+    Each session's figure already carries its within-session noise, so the spread of the
+    sessions' log figures around their model's mean estimates the whole variance, between
+    sessions included; both models' spreads are pooled (the same engine, machine and
+    workload) and the log ratio's interval is Student's t with n_b + n_c - 2 degrees of
+    freedom: exact for log-normal session figures, and wide when sessions are few, as it
+    should be. Written here: scipy.stats.ttest_ind gives the test, not this interval of a
+    difference on the log scale. None when a figure is not positive (no log)."""
+    if min(base + cand) <= 0 or any(math.isnan(v) for v in base + cand):
+        return None
+    lb, lc = np.log(base), np.log(cand)
+    df = len(lb) + len(lc) - 2
+    pooled = (np.sum((lb - lb.mean()) ** 2) + np.sum((lc - lc.mean()) ** 2)) / df
+    se = math.sqrt(pooled * (1 / len(lb) + 1 / len(lc)))
+    diff = float(lc.mean() - lb.mean())
+    half = float(stats.t.ppf(1 - (1 - confidence) / 2, df)) * se
+    return math.exp(diff), (math.exp(diff - half), math.exp(diff + half))
+
+
+def within_session_interval(metric: str, raw_dirs: tuple[Path, Path] | None,
+                            blevel: LevelResult, clevel: LevelResult, confidence: float,
+                            resamples: int, seed: int) -> tuple[float, float] | None:
+    """The ratio's interval from both levels' per-request data, when the metric is a
+    per-request percentile and the raw files are at hand; else None."""
+    attr, stat = LATENCY_METRICS[metric]
+    if not stat or not stat.startswith("p") or raw_dirs is None:
+        return None
+    raws = [raw_dirs[i] / Path(lv.raw_file).name for i, lv in enumerate((blevel, clevel))]
+    if not all(r.is_file() for r in raws):
+        return None
+    b, c = (per_request_ms(json.loads(r.read_text()), attr.removesuffix("_ms")) for r in raws)
+    q = float(stat[1:])
+    # A bootstrap cannot see past the sample's extremes: with fewer than MIN_TAIL requests
+    # beyond the percentile (p99 of 16 requests: none) its interval is falsely narrow.
+    if min(len(b), len(c)) * (100 - q) / 100 < MIN_TAIL or not (b > 0).all():
+        return None
+    return ratio_interval(b, c, q, confidence, resamples, seed)

@@ -1,0 +1,221 @@
+"""Paired statistics: baseline and candidate compared item by item on the items both
+answered. The interval of the mean difference is scipy's percentile bootstrap; flips are
+tested with an exact McNemar test (scipy.stats.binomtest on the discordant pairs).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, replace
+from typing import Literal
+
+import numpy as np
+from scipy import stats
+from typing_extensions import TypedDict
+
+from workbench.suites.runner import ItemResult, SuiteResult
+
+__all__ = ["ALL", "POWER", "Comparisons", "Paired", "PairedDelta", "SliceComparison", "Status",
+           "constant_answers", "count_flips", "evidence_strength", "holm_adjust", "paired_delta",
+           "paired_delta_and_means", "paired_scores"]
+
+Status = Literal["pass", "fail", "inconclusive", "not_applicable"]
+
+
+@dataclass(frozen=True)
+class PairedDelta:
+    """Candidate minus baseline on the items both answered."""
+
+    n: int
+    baseline: float
+    candidate: float
+    delta: float
+    ci_low: float
+    ci_high: float
+    flips_to_wrong: int  # right in baseline, wrong in candidate
+    flips_to_right: int
+    mcnemar_p: float
+    p_inferior: float = math.nan  # one-sided bootstrap p of delta <= -margin
+    sd: float = math.nan  # standard deviation of the per-item differences
+
+
+def count_flips(base: np.ndarray, cand: np.ndarray) -> tuple[int, int]:
+    """(right -> wrong, wrong -> right) over paired 0/1 scores."""
+    return int(np.sum((base == 1) & (cand == 0))), int(np.sum((base == 0) & (cand == 1)))
+
+
+def _bootstrap_means(d: np.ndarray, confidence: float, resamples: int, seed: int
+                     ) -> tuple[float, float, np.ndarray]:
+    """Percentile interval of the mean paired difference, and the resampled means."""
+    if np.all(d == d[0]):  # every pair moved alike: the interval is that point
+        return float(d[0]), float(d[0]), np.full(1, d[0])
+    res = stats.bootstrap((d,), np.mean, confidence_level=confidence, n_resamples=resamples,
+                          method="percentile", random_state=np.random.default_rng(seed))
+    return (float(res.confidence_interval.low), float(res.confidence_interval.high),
+            np.asarray(res.bootstrap_distribution))
+
+
+def paired_delta_and_means(base: list[float], cand: list[float], confidence: float,
+                           resamples: int, seed: int) -> tuple[PairedDelta, np.ndarray]:
+    """The paired delta (its one-sided p not yet known: it needs a margin) and the
+    bootstrap distribution of the mean difference."""
+    b, c = np.asarray(base, dtype=float), np.asarray(cand, dtype=float)
+    d = c - b
+    low, high, means = _bootstrap_means(d, confidence, resamples, seed)
+    to_wrong, to_right = count_flips(b, c)
+    discordant = to_wrong + to_right
+    p = stats.binomtest(to_right, discordant, 0.5).pvalue if discordant else 1.0
+    delta = PairedDelta(n=len(d), baseline=float(b.mean()), candidate=float(c.mean()),
+                        delta=float(d.mean()), ci_low=low, ci_high=high,
+                        flips_to_wrong=to_wrong, flips_to_right=to_right, mcnemar_p=float(p),
+                        sd=float(d.std(ddof=1)) if len(d) > 1 else 0.0)
+    return delta, means
+
+
+def paired_delta(base: list[float], cand: list[float], confidence: float, resamples: int,
+                 seed: int, margin: float | None = None) -> PairedDelta:
+    delta, means = paired_delta_and_means(base, cand, confidence, resamples, seed)
+    return delta if margin is None else Paired(delta, False, means).against(margin)
+
+
+POWER = 0.8  # the chance of seeing a change, for the smallest detectable drop
+
+
+def evidence_strength(d: PairedDelta, margin: float, confidence: float,
+                      status: Status) -> dict[str, float | int | None]:
+    """How strong a paired test's evidence is at its n (normal approximation).
+
+    detectable_drop: the true drop that an interval this wide would put wholly below zero
+    with POWER (80%) chance. The per-item spread is never taken below one discordant pair
+    in n, so a run with no flips still says how few items it had (rule-of-three-like).
+    items_to_decide (inconclusive only): roughly how many more paired items would bring
+    the interval, at the observed change and spread, to one side of the margin."""
+    z = stats.norm.ppf(1 - (1 - confidence) / 2)
+    sd = max(d.sd if not math.isnan(d.sd) else 0.0, math.sqrt(1 / d.n))
+    detectable = (z + stats.norm.ppf(POWER)) * sd / math.sqrt(d.n)
+    more: int | None = None
+    if status == "inconclusive":
+        distance = abs(d.delta + margin)
+        more = (max(math.ceil((z * sd / distance) ** 2) - d.n, 1)
+                if distance > 1e-9 else None)
+    return {"detectable_drop": round(detectable, 4), "items_to_decide": more}
+
+
+def constant_answers(result: SuiteResult, slice_name: str | None = None) -> bool:
+    """True when the model gave the same answer to every item (the same option of a
+    multiple-choice suite, the same text of a generated one): such a suite cannot tell a
+    change in correctness from none."""
+    def answer(i: ItemResult) -> str:
+        if i.choice_probs:
+            return str(max(range(len(i.choice_probs)), key=i.choice_probs.__getitem__))
+        return i.response
+
+    answers = {answer(i) for i in result.items if slice_name is None or slice_name in i.slices}
+    return len(answers) == 1 and len(result.items) > 1
+
+
+def holm_adjust(pvalues: list[float]) -> list[float]:
+    """Holm's step-down adjustment, in the input order (written here: four lines that
+    scipy has no function for; statsmodels, which has, is not a dependency)."""
+    order = sorted(range(len(pvalues)), key=lambda i: pvalues[i])
+    adjusted, running = [0.0] * len(pvalues), 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (len(pvalues) - rank) * pvalues[i]))
+        adjusted[i] = running
+    return adjusted
+
+
+def _item_value(item: ItemResult, metric: str) -> float | None:
+    return item.score if metric == "score" else item.checks.get(metric)
+
+
+def paired_scores(base: SuiteResult, cand: SuiteResult, slice_name: str | None = None,
+                  metric: str = "score") -> tuple[list[float], list[float]]:
+    """Both runs' values on the items both answered (in a slice, if named), by id."""
+    def values(r: SuiteResult) -> dict[str, float]:
+        return {i.id: v for i in r.items if slice_name is None or slice_name in i.slices
+                if (v := _item_value(i, metric)) is not None}
+
+    b, c = values(base), values(cand)
+    common = sorted(b.keys() & c.keys())
+    return [b[k] for k in common], [c[k] for k in common]
+
+
+class SliceComparison(TypedDict):
+    """PairedDelta on one slice, as the record keeps it: the one computed for the gates."""
+
+    n: int
+    baseline: float
+    candidate: float
+    delta: float
+    ci_low: float
+    ci_high: float
+    flips_to_wrong: int
+    flips_to_right: int
+    mcnemar_p: float
+    sd: float
+    constant_baseline: bool  # the baseline gave one answer to every item: no power
+
+
+@dataclass(frozen=True)
+class Paired:
+    """One slice of one suite (or the whole suite), compared once: the delta with its
+    interval at the policy's confidence, and the bootstrap distribution a gate's margin
+    reads its one-sided p from."""
+
+    delta: PairedDelta
+    constant_baseline: bool
+    means: np.ndarray = field(repr=False, compare=False)
+
+    def against(self, margin: float) -> PairedDelta:
+        """The delta with the one-sided p of falling at or below -margin (H0: inferior)."""
+        return replace(self.delta, p_inferior=float(np.mean(self.means <= -margin)))
+
+    def to_json(self) -> SliceComparison:
+        d = asdict(self.delta)
+        del d["p_inferior"]
+        return SliceComparison(**d, constant_baseline=self.constant_baseline)
+
+
+ALL = "(all)"  # the whole suite, beside its slices
+
+
+@dataclass
+class Comparisons:
+    """Every paired comparison of one run, each computed once at the policy's confidence
+    and read by the gates, the record's suite tables, decision.md, MLflow and the sweep
+    (docs/architecture.md, "each fact once"). Keyed by suite, slice and metric (the
+    per-item score, or a per-item check such as healthy)."""
+
+    confidence: float
+    resamples: int
+    seed: int
+    _done: dict[tuple[str, str | None, str], Paired | None] = field(default_factory=dict)
+
+    def of(self, base: SuiteResult, cand: SuiteResult, slice_name: str | None = None,
+           metric: str = "score") -> Paired | None:
+        """None when no item was answered by both with this metric."""
+        key = (base.suite, slice_name, metric)
+        if key not in self._done:
+            self._done[key] = self._compare(base, cand, slice_name, metric)
+        return self._done[key]
+
+    def _compare(self, base: SuiteResult, cand: SuiteResult, slice_name: str | None,
+                 metric: str) -> Paired | None:
+        b, c = paired_scores(base, cand, slice_name, metric)
+        if not b:
+            return None
+        d, means = paired_delta_and_means(b, c, self.confidence, self.resamples, self.seed)
+        # only a score can be blind this way: one answer to every item
+        blind = metric == "score" and constant_answers(base, slice_name)
+        return Paired(d, blind, means)
+
+    def table(self, base: SuiteResult, cand: SuiteResult, metric: str = "score"
+              ) -> dict[str, SliceComparison]:
+        """The whole suite and each of its slices, gated or not."""
+        out = {}
+        for slice_name in [None, *base.slices]:
+            found = self.of(base, cand, slice_name, metric)
+            if found is not None:
+                out[slice_name or ALL] = found.to_json()
+        return out

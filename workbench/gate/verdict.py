@@ -1,0 +1,149 @@
+"""Compare & gate, as one step that evaluate, gate and sweep share: the two models'
+measurements and the token-level fidelity become the evidence, every suite is compared
+item by item once, the policy judges it, and the result is a gate report. Built here
+once, so a stored run re-judged by `gate` and a fresh run judged by `evaluate` cannot see
+different evidence, and the record's tables show the very intervals the gates judged.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from typing_extensions import TypedDict
+
+from workbench.config.gate_policy import GatePolicy
+from workbench.gate.gates import Evidence, GateOutcome, decide, evaluate_gates
+from workbench.gate.paired import ALL, Comparisons, SliceComparison
+from workbench.measure.measurement import Measurement
+from workbench.suites.definition import Suite
+from workbench.suites.scorers.fidelity import compare_fidelity
+
+__all__ = ["Flips", "GateReport", "PolicySection", "SuiteComparison", "compare_suites", "evidence",
+           "judge", "policy_summary", "token_fidelity"]
+
+
+class PolicySection(TypedDict):
+    path: str
+    sha256: str
+    confidence: float
+    bootstrap_resamples: int
+    inconclusive_blocks: bool
+    multiple_comparisons: str
+    gates_judged: int
+    paired_tests: int
+    alpha_one_sided: float
+    family_false_fail_bound: float
+
+
+class Flips(TypedDict):
+    paired: int
+    to_wrong: int
+    to_right: int
+
+
+@dataclass(frozen=True)
+class SuiteComparison:
+    """One suite's paired comparison: its score on the whole suite and each slice, and its
+    generation health when both models generated text."""
+
+    score: dict[str, SliceComparison]
+    health: dict[str, SliceComparison] | None = None
+
+    @property
+    def flips(self) -> Flips:
+        overall = self.score.get(ALL)
+        if overall is None:
+            return Flips(paired=0, to_wrong=0, to_right=0)
+        return Flips(paired=overall["n"], to_wrong=overall["flips_to_wrong"],
+                     to_right=overall["flips_to_right"])
+
+
+@dataclass(frozen=True)
+class GateReport:
+    """Every gate's outcome, the decision they add up to, what judged them, and the
+    paired comparison of every suite both models answered (what the gates read)."""
+
+    gates: list[GateOutcome]
+    decision: Literal["promote", "reject", "inconclusive"]
+    policy: PolicySection
+    suites: dict[str, SuiteComparison] = field(default_factory=dict)
+
+
+def evidence(base: Measurement | None, cand: Measurement | None, fidelity: dict, device: str,
+             run_dir: Path) -> Evidence:
+    """What the gates see. A side that was not measured contributes nothing, and every
+    gate that needs it fails closed."""
+    return Evidence(
+        base_suites=base.suites if base else {}, cand_suites=cand.suites if cand else {},
+        base_load=base.load if base else None, cand_load=cand.load if cand else None,
+        device=device,
+        base_headroom=base.headroom if base else {}, cand_headroom=cand.headroom if cand else {},
+        fidelity=fidelity,
+        # per-request load data, for the latency ratios' intervals
+        raw_dirs=(run_dir / "baseline" / "load", run_dir / "candidate" / "load"),
+        unmeasured={role: m.server.unmeasured for role, m in (("baseline", base),
+                                                              ("candidate", cand))
+                    if m is not None and m.server.unmeasured})
+
+
+def judge(policy: GatePolicy, policy_path: Path, base: Measurement | None,
+          cand: Measurement | None, fidelity: dict, device: str, run_dir: Path,
+          seed: int) -> GateReport:
+    ev = evidence(base, cand, fidelity, device, run_dir)
+    compared = Comparisons(policy.confidence, policy.bootstrap_resamples, seed)
+    outcomes = evaluate_gates(policy, ev, seed, compared)
+    return GateReport(outcomes, decide(outcomes, policy.inconclusive_blocks),
+                      policy_summary(policy, policy_path, outcomes),
+                      compare_suites(ev, compared))
+
+
+def compare_suites(ev: Evidence, compared: Comparisons) -> dict[str, SuiteComparison]:
+    """Every suite both models answered, gated or not (fidelity suites are compared token
+    by token instead), from the same comparisons the gates read."""
+    out = {}
+    for name, base in ev.base_suites.items():
+        cand = ev.cand_suites.get(name)
+        if cand is None or base.kind == "fidelity":
+            continue
+        health = compared.table(base, cand, "healthy") if base.generates and cand.generates \
+            else None
+        out[name] = SuiteComparison(compared.table(base, cand), health)
+    return out
+
+
+def token_fidelity(suites: list[Suite], run_dir: Path) -> dict[str, dict]:
+    """Token-level fidelity for every fidelity suite, from both runs' stored log-probs."""
+    out = {}
+    for suite in suites:
+        if suite.spec.kind != "fidelity":
+            continue
+        base, cand = (run_dir / role / f"logprobs-{suite.name}.jsonl"
+                      for role in ("baseline", "candidate"))
+        if base.is_file() and cand.is_file():
+            slices = {it.id: it.slices for it in suite.items}
+            out[suite.name] = compare_fidelity(suite.name, base, cand, slices).to_dict()
+    return out
+
+
+def policy_summary(policy: GatePolicy, path: Path, outcomes: list[GateOutcome]
+                   ) -> PolicySection:
+    """Which policy judged the run, and what running many tests means for a false reject."""
+    paired = [o for o in outcomes if "mcnemar_p" in o.evidence]
+    alpha = (1 - policy.confidence) / 2
+    k = len(paired)
+    return {
+        "path": str(path), "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+        "confidence": policy.confidence, "bootstrap_resamples": policy.bootstrap_resamples,
+        "inconclusive_blocks": policy.inconclusive_blocks,
+        "multiple_comparisons": policy.multiple_comparisons,
+        "gates_judged": sum(o.status != "not_applicable" for o in outcomes),
+        "paired_tests": k, "alpha_one_sided": alpha,
+        # a candidate no worse in truth fails a paired test with chance <= alpha each; over
+        # k tests the chance of at least one such 'fail' is at most k*alpha (Bonferroni,
+        # whatever their dependence), or alpha under Holm
+        "family_false_fail_bound": round(alpha if policy.multiple_comparisons == "holm"
+                                         else min(1.0, k * alpha), 4),
+    }

@@ -1,0 +1,121 @@
+"""The requests of one load level, written in the form vLLM's serving benchmark replays.
+
+`vllm bench serve --dataset-name timed_trace` reads JSONL lines of (timestamp, input length,
+output length, hash ids) and builds each prompt from the hash ids: every id stands for a
+fixed run of random token ids (its chunk), the same run wherever the id recurs. So one
+format carries everything a workload declares here: length distributions (the lengths),
+a shared prefix (the same leading ids in every request), arrival offsets (the timestamps),
+and the benchmark keeps its per-request data. What is written here: drawing the lengths
+from the profile's distributions, reading and checking a user's trace, and giving each
+request its ids.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from workbench.config.run_config import LengthDist, LoadProfile
+from workbench.mechanisms.errors import InputError
+from workbench.mechanisms.jsonl import jsonl_lines
+
+__all__ = ["CHUNK_TOKENS", "Request", "draw_requests", "read_trace", "write_timed_trace"]
+
+CHUNK_TOKENS = 16  # the benchmark's default chunk (--timed-trace-chunk-hash-size)
+TRACE_FIELDS = {"arrival_s": float, "prompt_tokens": int, "output_tokens": int}
+
+
+@dataclass(frozen=True)
+class Request:
+    arrival_s: float  # offset from the level's start; 0 for a closed-loop or rate level
+    prompt_tokens: int
+    output_tokens: int
+
+
+def draw_lengths(dist: LengthDist, rng: np.random.Generator, n: int) -> list[int]:
+    if dist.distribution == "fixed":
+        return [int(dist.value or 0)] * n
+    assert dist.max is not None
+    if dist.distribution == "uniform":
+        return [int(x) for x in rng.integers(dist.min, dist.max, size=n, endpoint=True)]
+    assert dist.median is not None and dist.sigma is not None
+    drawn = rng.lognormal(mean=math.log(dist.median), sigma=dist.sigma, size=n)
+    return [int(x) for x in np.clip(np.rint(drawn), dist.min, dist.max)]
+
+
+def draw_requests(profile: LoadProfile, n: int, seed: int) -> list[Request]:
+    """n synthetic requests: lengths drawn independently, all arriving at offset 0 (a
+    closed-loop level paces them by concurrency, a rate level by its arrival process)."""
+    rng = np.random.default_rng(seed)
+    prompts = draw_lengths(profile.prompt_tokens, rng, n)
+    outputs = draw_lengths(profile.output_tokens, rng, n)
+    return [Request(0.0, p, o) for p, o in zip(prompts, outputs, strict=True)]
+
+
+def read_trace(path: Path, max_model_len: int) -> list[Request]:
+    """A user's trace: one JSON object per line with arrival_s (seconds from the trace's
+    start, non-decreasing), prompt_tokens and output_tokens. Every problem names its line."""
+    if not path.is_file():
+        raise InputError(f"{path}: load trace not found")
+    requests: list[Request] = []
+    for lineno, line in enumerate(jsonl_lines(path), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise InputError(f"{path}:{lineno}: not valid JSON ({err.msg})") from None
+        if not isinstance(row, dict):
+            raise InputError(f"{path}:{lineno}: expected an object with "
+                             f"{', '.join(TRACE_FIELDS)}")
+        values = {}
+        for key, kind in TRACE_FIELDS.items():
+            value = row.get(key)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or (
+                    kind is int and not float(value).is_integer()):
+                raise InputError(f"{path}:{lineno}: {key} must be a "
+                                 f"{'whole number' if kind is int else 'number'} (got {value!r})")
+            values[key] = kind(value)
+        req = Request(**values)
+        if req.arrival_s < 0 or req.prompt_tokens < 1 or req.output_tokens < 1:
+            raise InputError(f"{path}:{lineno}: arrival_s must be >= 0 and token counts >= 1")
+        if requests and req.arrival_s < requests[-1].arrival_s:
+            raise InputError(f"{path}:{lineno}: arrival_s {req.arrival_s} is before the "
+                             f"previous line's {requests[-1].arrival_s}; sort the trace")
+        if req.prompt_tokens + req.output_tokens > max_model_len:
+            raise InputError(f"{path}:{lineno}: {req.prompt_tokens} + {req.output_tokens} "
+                             f"tokens exceed engine.max_model_len ({max_model_len})")
+        requests.append(req)
+    if not requests:
+        raise InputError(f"{path}: load trace holds no request")
+    return requests
+
+
+def chunk_tokens(shared_prefix_tokens: int) -> int:
+    """A chunk size that ends the shared prefix on a chunk boundary."""
+    return math.gcd(CHUNK_TOKENS, shared_prefix_tokens) if shared_prefix_tokens else CHUNK_TOKENS
+
+
+def write_timed_trace(requests: list[Request], shared_prefix_tokens: int, salt: int,
+                      path: Path) -> int:
+    """Write requests as the benchmark's timed-trace JSONL; return the chunk size to pass.
+
+    The first chunks of every request are the shared prefix (the same ids everywhere);
+    the rest are ids no other request has, offset by salt so that two levels never send
+    each other's prompts (the engine's prefix cache would otherwise serve the second level
+    from the first one's blocks)."""
+    chunk = chunk_tokens(shared_prefix_tokens)
+    prefix_ids = list(range(shared_prefix_tokens // chunk))
+    next_id = (salt + 1) * 10**9
+    with path.open("w") as out:
+        for req in requests:
+            own = math.ceil((req.prompt_tokens - shared_prefix_tokens) / chunk)
+            ids = prefix_ids + list(range(next_id, next_id + own))
+            next_id += own
+            out.write(json.dumps({"timestamp": req.arrival_s, "input_length": req.prompt_tokens,
+                                  "output_length": req.output_tokens, "hash_ids": ids}) + "\n")
+    return chunk

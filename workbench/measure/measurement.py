@@ -1,0 +1,283 @@
+"""Serve one model and measure it: every suite item by item, then the load test.
+
+The baseline's measurement is cached by content (model digest, engine arguments, suites,
+sampling and load profile), so it is measured once per configuration, not once per
+candidate.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import os
+import shutil
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from workbench.config.run_config import RunConfig
+from workbench.loadtest.bench import LevelResult, LoadResult, run_load_test
+from workbench.loadtest.engine_metrics import parse_scrape
+from workbench.loadtest.headroom import PeakSampler, headroom
+from workbench.loadtest.workload import Request
+from workbench.mechanisms import cache_entry
+from workbench.mechanisms.digests import sha256_json
+from workbench.mechanisms.errors import InfraError
+from workbench.mechanisms.files import write_json
+from workbench.mechanisms.paths import cache_root
+from workbench.serve.engine import (
+    Endpoint,
+    EngineServer,
+    ServerInfo,
+    api_key_from,
+    parse_cache_info,
+)
+from workbench.suites.definition import Suite
+from workbench.suites.runner import SCORING_VERSION, SuiteResult, run_suite
+
+__all__ = ["MEASUREMENT_FILE", "SAMPLING", "Measurement", "baseline_key", "cached_measurement",
+           "cached_pair", "load_pair", "measure", "pair_key", "store_pair"]
+
+MEASUREMENT_FILE = "measurement.json"
+SAMPLING = {"temperature": 0.0, "api": "chat.completions"}
+
+
+@dataclass
+class Measurement:
+    role: str
+    server: ServerInfo
+    suites: dict[str, SuiteResult]
+    load: LoadResult
+    wall_time_s: float
+    headroom: dict = field(default_factory=dict)  # headroom.Headroom as a dict
+
+    def to_dict(self) -> dict:
+        return {"role": self.role, "server": asdict(self.server),
+                "suites": {k: v.to_dict() for k, v in self.suites.items()},
+                "load": self.load.to_dict(), "wall_time_s": self.wall_time_s,
+                "headroom": self.headroom}
+
+    def metrics(self) -> dict[str, float]:
+        """This model's figures flattened for MLflow, named alike for every model (the
+        caller prefixes the role), so runs line up in the UI's compare view."""
+        out: dict[str, float] = {}
+        for name, r in self.suites.items():
+            out.update({f"{name}.{k}": v for k, v in r.metrics.items()})
+            if r.kind == "fidelity":
+                continue
+            out[f"{name}.accuracy"] = r.accuracy
+            for s, info in r.slices.items():
+                out[f"{name}.{s}.accuracy"] = info["accuracy"]
+        out.update(self.load.metrics())
+        for figure in ("cold_start_s", "first_token_s"):
+            if figure not in self.server.unmeasured:  # an endpoint's is not its to give
+                out[figure] = getattr(self.server, figure)
+        out.update({f"headroom.{k}": float(v) for k, v in self.headroom.items()
+                    if isinstance(v, (int, float))})
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Measurement:
+        return cls(role=data["role"], server=ServerInfo(**data["server"]),
+                   suites={k: SuiteResult.from_dict(v) for k, v in data["suites"].items()},
+                   load=LoadResult.from_dict(data["load"]), wall_time_s=data["wall_time_s"],
+                   headroom=data.get("headroom", {}))
+
+
+def baseline_key(cfg: RunConfig, model_digest: str, suites: list[Suite], device: str,
+                 engine_version: str, requests: list[Request]) -> str:
+    return sha256_json({
+        "model": model_digest, "engine": cfg.engine.identity(), "device": device,
+        "engine_version": engine_version, "profile": cfg.profile, "seed": cfg.seed,
+        "suites": {s.name: s.digest for s in suites}, "sampling": SAMPLING,
+        "load": cfg.workload.model_dump(), "requests": [asdict(r) for r in requests],
+        "scoring": SCORING_VERSION, "format": 4,  # 4: entries carry a digest list
+    })
+
+
+def _progress(console: Console) -> Progress:
+    return Progress(TextColumn("  {task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TimeElapsedColumn(), console=console, transient=False)
+
+
+def _run_suites(cfg: RunConfig, srv: EngineServer | Endpoint, served: str, suites: list[Suite],
+                out_dir: Path, console: Console, tokenizer_dir: Path) -> dict[str, SuiteResult]:
+    results = {}
+    with _progress(console) as progress:
+        for suite, name, guided in ((s, n, g) for s in suites for n, g in s.spec.runs()):
+            items = suite.sample(cfg.profile, cfg.seed)
+            task = progress.add_task(f"{name} ({cfg.profile})", total=len(items))
+            try:
+                results[name] = run_suite(
+                    srv.base_url, served, suite, items, seed=cfg.seed,
+                    sink=out_dir / f"items-{name}.jsonl",
+                    timeout_s=cfg.engine.request_timeout_s,
+                    on_item=functools.partial(progress.advance, task),
+                    name=name, guided=guided, tokenizer_dir=tokenizer_dir,
+                    headers=srv.headers,
+                )
+            except InfraError:
+                srv.check_alive()  # a dead engine is the better explanation, if so
+                raise
+    return results
+
+
+def _kv_usage(server: EngineServer | Endpoint) -> float:
+    return parse_scrape(server.metrics()).gauges.get("vllm:kv_cache_usage_perc", 0.0)
+
+
+def _print_level(console: Console, role: str, lv: LevelResult) -> None:
+    skipped = f", {lv.skipped} not sent (duration bound)" if lv.skipped else ""
+    console.print(f"  [{role}] load {lv.key}: {lv.completed} requests, "
+                  f"{lv.output_throughput:.1f} out tok/s, TTFT p50/p99 "
+                  f"{lv.ttft_ms['p50']:.0f}/{lv.ttft_ms['p99']:.0f} ms, TPOT p50/p99 "
+                  f"{lv.tpot_ms['p50']:.1f}/{lv.tpot_ms['p99']:.1f} ms{skipped}")
+
+
+@contextlib.contextmanager
+def library_credentials(api_key: str | None) -> Iterator[None]:
+    """The key where the libraries the workbench drives look for one: `vllm bench serve`
+    (a subprocess inheriting this environment) and lm-eval's local-completions both read
+    OPENAI_API_KEY. Unset while a side without a key is measured, so a key the user's shell
+    happens to hold is never sent to a server that did not ask for it."""
+    saved = os.environ.pop("OPENAI_API_KEY", None)
+    if api_key:
+        os.environ["OPENAI_API_KEY"] = api_key
+    try:
+        yield
+    finally:
+        os.environ.pop("OPENAI_API_KEY", None)
+        if saved is not None:
+            os.environ["OPENAI_API_KEY"] = saved
+
+
+def _server(cfg: RunConfig, role: str, model_dir: Path, served: str, extra_args: list[str],
+            out_dir: Path, device: str) -> EngineServer | Endpoint:
+    """The engine this side is measured on: started here, or the endpoint the config
+    names for the role (attached to, not started)."""
+    ep = cfg.endpoints.of(role)
+    if ep is not None:
+        return Endpoint(ep.url, api_key_from(ep.api_key_env), ep.model,
+                        out_dir / "server.log")
+    return EngineServer(model_dir, served, cfg.engine, out_dir / "server.log", extra_args,
+                        device=device)
+
+
+def measure(cfg: RunConfig, role: str, model_dir: Path, served: str, extra_args: list[str],
+            suites: list[Suite], requests: list[Request], tokenizer_dir: Path, out_dir: Path,
+            console: Console, device: str, ceiling: bool = True) -> Measurement:
+    """Start the engine for one model (or attach to its endpoint), run every suite and the
+    load sweep, stop it.
+
+    ceiling: also measure the load generator's own limit (once per run is enough)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    server = _server(cfg, role, model_dir, served, extra_args, out_dir, device)
+    attached = isinstance(server, Endpoint)
+    try:
+        if attached:
+            with console.status(f"[{role}] reading endpoint {server.base_url}"):
+                server.start()
+            console.print(f"  [{role}] endpoint {server.base_url} serves "
+                          f"{server.info.served_name} (vLLM {server.info.version}); not "
+                          f"measurable there: {', '.join(server.info.unmeasured)}")
+        else:
+            with console.status(f"[{role}] starting vLLM ({device}) for {model_dir.name}"):
+                server.start()
+            console.print(f"  [{role}] engine healthy after {server.info.cold_start_s:.1f}s "
+                          f"(vLLM {server.info.version}, log {server.log_file})")
+        served = server.info.served_name
+        pgid = server.process.pid if server.process is not None else None
+        with PeakSampler(pgid, functools.partial(_kv_usage, server)) as peaks, \
+                library_credentials(server.api_key):
+            suite_results = _run_suites(cfg, server, served, suites, out_dir, console,
+                                        tokenizer_dir)
+            with console.status(f"[{role}] load profile {cfg.load.profile!r}: warm-up, "
+                                f"levels {', '.join(f'{x:g}' for x in cfg.workload.levels)}"):
+                load = run_load_test(
+                    server.base_url, served, tokenizer_dir, cfg.workload, out_dir / "load",
+                    requests, name=cfg.load.profile, check_engine=server.check_alive,
+                    scrape=server.metrics, on_level=functools.partial(_print_level, console,
+                                                                      role), ceiling=ceiling,
+                    responsive=server.responsive, stall_s=cfg.engine.request_timeout_s)
+        # read after the load, when the engine has reported its final cache figures
+        final = server.metrics()
+        server.info.cache_info = parse_cache_info(final) or server.info.cache_info
+        room = headroom(None if attached else model_dir, server.info.cache_info,
+                        load.longest_request_tokens, peaks,
+                        int(parse_scrape(final).counters.get("vllm:num_preemptions", 0)),
+                        1 if attached else cfg.engine.data_parallel_size,
+                        cfg.endpoints.devices(role) if attached else cfg.engine.devices)
+    finally:
+        server.stop()
+    result = Measurement(role, server.info, suite_results, load,
+                         round(time.perf_counter() - started, 2), room.to_dict())
+    write_json(out_dir / MEASUREMENT_FILE, result.to_dict())
+    return result
+
+
+def cached_measurement(key: str) -> Path:
+    return cache_root() / "results" / f"baseline-{key[:24]}"
+
+
+def load_cached(folder: Path, on_dropped: Callable[[str], None] = lambda _p: None
+                ) -> Measurement | None:
+    """The cached measurement, or None: absent, or failing its digest check (then the
+    entry is dropped, on_dropped hears why, and the caller measures again)."""
+    found = _checked(folder, [folder], on_dropped)
+    return found[0] if found else None
+
+
+def _read(file: Path) -> Measurement:
+    return Measurement.from_dict(json.loads(file.read_text()))
+
+
+def _checked(folder: Path, parts: list[Path], on_dropped: Callable[[str], None]
+             ) -> list[Measurement] | None:
+    """The measurements in a sealed cache entry's parts, or None (dropped if damaged)."""
+    cache_entry.sweep_staging(folder.parent)
+    if not folder.exists():
+        return None
+    problem = cache_entry.check(folder)
+    if problem is None:
+        try:
+            return [_read(part / MEASUREMENT_FILE) for part in parts]
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            problem = f"{folder}: a measurement.json is unreadable ({type(err).__name__})"
+    on_dropped(problem)
+    shutil.rmtree(folder, ignore_errors=True)
+    return None
+
+
+def pair_key(baseline: str, candidate: dict) -> str:
+    """A candidate measured beside its baseline: the baseline's key (model, engine,
+    suites, load), what the candidate serves (artifact key, serving arguments, name) and
+    how many load rounds were run."""
+    return sha256_json({"baseline": baseline, "candidate": candidate, "format": 1})
+
+
+def cached_pair(key: str) -> Path:
+    return cache_root() / "results" / f"pair-{key[:24]}"
+
+
+def load_pair(folder: Path, on_dropped: Callable[[str], None] = lambda _p: None
+              ) -> tuple[Measurement, Measurement] | None:
+    """A cached (baseline, candidate) pair measured together: reused only together, so a
+    latency comparison is never made between sessions that were not measured side by side."""
+    found = _checked(folder, [folder / "baseline", folder / "candidate"], on_dropped)
+    return (found[0], found[1]) if found else None
+
+
+def store_pair(run_dir: Path, dest: Path) -> None:
+    cache_entry.store_together({role: run_dir / role for role in ("baseline", "candidate")},
+                               dest)
+
+
+def store_in_cache(src: Path, dest: Path) -> None:
+    """Copy a finished measurement folder into the cache, sealed, atomically."""
+    cache_entry.store(src, dest)

@@ -1,0 +1,100 @@
+"""Child processes the workbench starts (engine, quantiser, load client) and how they end.
+
+Each child runs in its own process group and is set to die with the workbench, so that
+stopping it stops everything it forked and not even a SIGKILLed workbench leaves one
+running; SIGTERM unwinds like Ctrl-C so every context manager stops what it started.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+__all__ = ["Terminated", "free_port", "install_sigterm_as_interrupt", "pid_alive", "signal_group",
+           "spawn", "stop_group"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+
+def spawn(cmd: list[str], log_file: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """Start a child of the workbench (engine, quantiser worker, load client): in its own
+    process group, so that stopping it stops everything it forked, and set to die with the
+    workbench, so that not even a SIGKILLed workbench leaves it running."""
+    with log_file.open("wb") as log:
+        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                start_new_session=True, preexec_fn=die_with_parent)
+
+
+
+def stop_group(proc: subprocess.Popen[bytes], grace_s: float = 5) -> None:
+    """SIGTERM a spawned child's process group, then SIGKILL whatever outlives the grace."""
+    signal_group(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        pass
+    signal_group(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+
+def die_with_parent() -> None:
+    """In the engine's child process: ask Linux to SIGTERM it when the workbench dies.
+
+    Context managers cover every exit Python sees; this covers the one it cannot (the
+    workbench killed with SIGKILL), which would otherwise orphan the engine.
+    """
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        pr_set_pdeathsig = 1
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this id exists (on this host)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+
+def signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, unwinding like Ctrl-C; the CLI exits 128 + signum (143), as a shell does."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"signal {signum}")
+        self.signum = signum
+
+
+
+def install_sigterm_as_interrupt() -> None:
+    """Make SIGTERM unwind like Ctrl-C, so every context manager stops its engine."""
+
+    def handler(signum: int, _frame: object) -> None:
+        raise Terminated(signum)
+
+    if sys.platform != "win32":
+        signal.signal(signal.SIGTERM, handler)

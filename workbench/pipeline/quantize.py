@@ -1,0 +1,100 @@
+"""`workbench quantize`, and the quantise step of `evaluate`: each candidate's checkpoint
+built (or found in the artifact cache) with a line saying which, and its manifest kept in
+the run folder.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from rich.console import Console
+from rich.markup import escape
+
+from workbench.config.run_config import Candidate, RunConfig
+from workbench.mechanisms.digests import folder_digest
+from workbench.mechanisms.errors import InputError
+from workbench.mechanisms.files import new_run_dir, write_json
+from workbench.plan.checks import Outputs, Plan, check_candidates
+from workbench.quantize.build import QuantizeResult, quantize, show_candidates
+from workbench.quantize.checks import serving_problem
+from workbench.serve.engine import detect_device
+
+__all__ = ["quantize_planned", "run_quantize"]
+
+
+def quantize_planned(p: Plan, run_dir: Path, console: Console) -> QuantizeResult:
+    """The plan's candidate, built or found; nothing to build for one served at an
+    endpoint. A recipe file's format is known only once built: checked against this
+    device then."""
+    ep = p.cfg.endpoints.candidate
+    if ep is not None:
+        console.print(f"[green]✓[/] quantise {p.candidate_name}: nothing to build, it is "
+                      f"served at {ep.url} (its recipe is recorded as declared)")
+        q = QuantizeResult(candidate=p.candidate_name, path="", cache_hit=False, key="",
+                           manifest={"candidate": p.candidate_name, "source": "endpoint",
+                                     "recipe": p.candidate.model_dump(mode="json")},
+                           source="endpoint", serve_args=[])
+        write_json(run_dir / "quantize.json", q.to_dict())
+        return q
+    q = _quantize_one(p.cfg, p.candidate_name, p.candidate, p.model_dir, p.model_digest,
+                      run_dir, console)
+    if p.candidate.recipe_file is not None and q.path:
+        unsupported = serving_problem(p.cfg, p.candidate_name, p.device, Path(q.path))
+        if unsupported:
+            raise InputError(unsupported)
+    return q
+
+
+def _quantize_one(cfg: RunConfig, name: str, cand: Candidate, model_dir: Path,
+                  model_digest: str, run_dir: Path, console: Console) -> QuantizeResult:
+    what = f"quantising {name} ({cand.recipe or cand.recipe_file or 'checkpoint'})"
+
+    def progress(step: str) -> None:
+        if step.startswith("cached artifact dropped"):  # worth a line that stays
+            console.print(f"[yellow]![/] {escape(step)}")
+        status.update(f"{what} {step}")
+
+    with console.status(what) as status:
+        q = quantize(cfg, name, cand, model_dir, model_digest, run_dir / "quantize.log",
+                     on_progress=progress)
+    console.print(f"[green]✓[/] quantise {name}: {_summary(q)}")
+    write_json(run_dir / "quantize.json", q.to_dict())
+    return q
+
+
+def _summary(q: QuantizeResult) -> str:
+    m = q.manifest
+    text = {"cache": f"reused cached artifact {q.path}",
+            "built": f"built in {m.get('wall_time_s', 0):.0f}s -> {q.path}",
+            "checkpoint": f"ready checkpoint {q.path}",
+            "endpoint": "served at an endpoint",
+            "baseline weights": "baseline weights, served with " + (
+                " ".join(q.serve_args) or "the baseline's arguments")}[q.source]
+    fid = m.get("fidelity")
+    if fid:
+        text += (f" · held-out perplexity {fid['baseline_perplexity']:.2f} -> "
+                 f"{fid['candidate_perplexity']:.2f} (x{fid['perplexity_ratio']:.3f})")
+    return text
+
+
+def run_quantize(cfg: RunConfig, candidates: list[str], runs_root: Path,
+                 console: Console) -> list[QuantizeResult]:
+    """Build (or find) each candidate's checkpoint; say which ones this device can serve.
+
+    Needs only the model and the candidates: suites and gates are not loaded."""
+    check_candidates(cfg, candidates, Outputs(runs_dir=runs_root), serving=False)
+    model_dir = cfg.model.resolved_path(cfg.base_dir)
+    run_dir = new_run_dir(runs_root, "quantize-" + "-".join(candidates)[:80])
+    digest = folder_digest(model_dir)
+    results = []
+    for name in candidates:
+        sub = run_dir / name if len(candidates) > 1 else run_dir
+        sub.mkdir(exist_ok=True)
+        results.append(_quantize_one(cfg, name, cfg.candidate(name), model_dir, digest, sub,
+                                     console))
+    write_json(run_dir / "quantize-summary.json", [q.to_dict() for q in results])
+    if len(results) == 1:
+        console.print_json(json.dumps(results[0].manifest, default=str))
+    show_candidates(cfg, results, detect_device(), console)
+    return results

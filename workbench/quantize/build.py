@@ -1,0 +1,338 @@
+"""Quantise stage: build a candidate checkpoint, or find it in the artifact cache.
+
+Artifacts are content-addressed: the key digests the model, the recipe (every default
+filled in, or the recipe file's bytes), the exact calibration samples and the quantiser's
+library versions, so a second run with the same inputs reuses the checkpoint and any
+change is a miss. llm-compressor runs as a subprocess in its own environment (its pins
+conflict with vLLM's; DESIGN.md, Environments). A candidate that needs no new checkpoint
+(recipe ``none``: the baseline's weights with other serving arguments) or that is a ready
+checkpoint passes through with a manifest of what it is.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from workbench.config.run_config import Candidate, RunConfig
+from workbench.mechanisms import cache_entry
+from workbench.mechanisms.digests import folder_digest, sha256_json
+from workbench.mechanisms.errors import InfraError, InputError
+from workbench.mechanisms.paths import cache_root, offline_env, quant_python
+from workbench.mechanisms.processes import spawn, stop_group
+from workbench.quantize.calibration import calibration_samples, heldout_samples
+from workbench.quantize.checks import unsupported_here
+from workbench.quantize.formats import (
+    ServedFormat,
+    format_of_candidate,
+    format_of_checkpoint,
+    serve_args_for,
+)
+
+__all__ = [
+    "DATA_FREE_RECIPES", "QuantizeResult", "artifact_key", "calibration_samples",
+    "latest_progress", "needs_calibration", "quantize", "show_candidates",
+]
+
+WORKER = Path(__file__).parent.parent / "subprocesses" / "quantize_worker.py"
+QUANT_LIBRARIES = ("llmcompressor", "compressed_tensors", "torch", "transformers")
+DATA_FREE_RECIPES = {"fp8-dynamic", "none"}
+
+
+@dataclass(frozen=True)
+class QuantizeResult:
+    candidate: str
+    path: str
+    cache_hit: bool
+    key: str
+    manifest: dict
+    source: str               # built | cache | checkpoint | baseline weights
+    serve_args: list[str]     # from the current config, not the manifest: they may change
+
+    @property
+    def format(self) -> ServedFormat:
+        """The format as served: the checkpoint's own, with the serving arguments applied."""
+        return format_of_checkpoint(Path(self.path), self.serve_args)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def needs_calibration(cand: Candidate) -> bool:
+    return cand.checkpoint is None and cand.recipe not in DATA_FREE_RECIPES
+
+
+def quant_library_versions() -> dict[str, str]:
+    """Versions in the quantiser environment, read from its dist-info folder names."""
+    site = next(quant_python().parent.parent.glob("lib/python*/site-packages"), None)
+    versions = {}
+    for lib in QUANT_LIBRARIES:
+        found = sorted(site.glob(f"{lib}-*.dist-info")) if site else []
+        versions[lib] = found[0].name.removesuffix(".dist-info").split("-", 1)[1] if found else "?"
+    return versions
+
+
+def recipe_identity(cand: Candidate, resolve: Callable[[str], Path]) -> dict[str, Any]:
+    """What the artifact key records of the recipe: parameters, or the file's digest."""
+    if cand.recipe_file is None:
+        return cand.recipe_params()
+    path = resolve(cand.recipe_file)
+    if not path.is_file():
+        raise InputError(f"recipe_file: {cand.recipe_file!r} not found (looked at {path})")
+    return {"recipe_file": str(path), "sha256": sha256_json(path.read_text())}
+
+
+def artifact_key(model_digest: str, recipe: dict[str, Any], samples_digest: str | None,
+                 versions: dict[str, str]) -> str:
+    identity = {k: v for k, v in recipe.items() if k != "recipe_file"}  # the digest, not where
+    return sha256_json({"model": model_digest, "recipe": identity, "calibration": samples_digest,
+                        "versions": versions})
+
+
+def _folder_size(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+_STEP = re.compile(r"\((\d+)/(\d+)\): (\w+)")
+_PHASE = re.compile(r"\[workbench\] (.+)")
+
+
+def latest_progress(log_file: Path) -> str:
+    """Where the worker is now, from the tail of its log: 'layer 26/31: Calibrating' from
+    llm-compressor's per-layer progress bars, or the worker's own '[workbench] ...' phase
+    line, whichever came last; '' before either.
+    """
+    try:
+        with log_file.open("rb") as f:
+            f.seek(max(0, f.seek(0, 2) - 4096))
+            tail = f.read().decode(errors="replace")
+    except OSError:
+        return ""
+    marks = [(m.start(), f"layer {m[1]}/{m[2]}: {m[3]}") for m in _STEP.finditer(tail)]
+    marks += [(m.start(), m[1].strip()) for m in _PHASE.finditer(tail)]
+    return max(marks)[1] if marks else ""
+
+
+class PassCounter:
+    """Numbers llm-compressor's calibration passes: a recipe with two modifiers
+    (SmoothQuant, then GPTQ) walks the layers twice, and its log does not say which pass."""
+
+    def __init__(self) -> None:
+        self.passes, self.last_layer = 0, 0
+
+    def __call__(self, step: str) -> str:
+        m = re.match(r"layer (\d+)/", step)
+        if not m:
+            return step
+        layer = int(m[1])
+        if layer < self.last_layer or self.passes == 0:
+            self.passes += 1
+        self.last_layer = layer
+        return f"pass {self.passes}, {step}"
+
+
+def _run_worker(job: dict, log_file: Path, on_progress: Callable[[str], None]) -> None:
+    if not quant_python().exists():
+        raise InfraError(f"quantiser environment not found at {quant_python()}; "
+                         "run scripts/setup.sh")
+    job_file = Path(job["result_file"]).with_name("job.json")
+    job_file.write_text(json.dumps(job, indent=2))
+    proc = spawn([str(quant_python()), str(WORKER), str(job_file)], log_file, offline_env())
+    numbered = PassCounter()
+    try:
+        while proc.poll() is None:
+            on_progress(numbered(latest_progress(log_file)))
+            time.sleep(0.5)
+    finally:
+        if proc.poll() is None:  # interrupted: never leave the quantiser running
+            stop_group(proc, grace_s=2)
+    if proc.returncode != 0:
+        tail = " | ".join(log_file.read_text(errors="replace").strip().splitlines()[-3:])
+        raise InfraError(f"quantisation failed (exit {proc.returncode}; log: {log_file}): "
+                         f"{tail[:400]}")
+
+
+def _passthrough(cfg: RunConfig, name: str, cand: Candidate, model_dir: Path) -> QuantizeResult:
+    """A candidate with no new checkpoint: a ready checkpoint, or the baseline's weights."""
+    if cand.checkpoint is None:
+        fmt = format_of_candidate(cand)
+        assert fmt is not None
+        manifest = {"candidate": name, "source": "baseline weights", "path": str(model_dir),
+                    "format": fmt.to_dict(), "size_bytes": _folder_size(model_dir),
+                    "compression_ratio": 1.0}
+        return QuantizeResult(name, str(model_dir), True, "", manifest, "baseline weights",
+                              cand.serve_args())
+    path = cfg.resolve(cand.checkpoint)
+    if not (path / "config.json").is_file():
+        raise InputError(f"{cfg.source}: candidates.{name}.checkpoint: {path} is not a "
+                         "model folder (no config.json)")
+    size, base, digest = _folder_size(path), _folder_size(model_dir), folder_digest(path)
+    manifest = {"candidate": name, "source": "ready checkpoint", "path": str(path),
+                "digest": digest,
+                "format": format_of_checkpoint(path, []).to_dict(), "size_bytes": size,
+                "baseline_size_bytes": base, "compression_ratio": round(base / size, 3)}
+    return QuantizeResult(name, str(path), True, digest, manifest, "checkpoint",
+                          serve_args_for(path, cand.serve_args()))
+
+
+def _baseline_perplexity_file(model_digest: str, heldout: list[str], seq_len: int,
+                              versions: dict[str, str]) -> Path:
+    """The baseline's held-out perplexity is the same for every candidate: computed once."""
+    key = sha256_json({"model": model_digest, "heldout": heldout, "seq_len": seq_len,
+                       "versions": versions})
+    return cache_root() / "fidelity" / f"baseline-{key[:24]}.json"
+
+
+def _cached_perplexity(file: Path) -> dict | None:
+    """The baseline's cached held-out perplexity, or None (a damaged file is dropped and
+    measured again, never trusted)."""
+    try:
+        data = json.loads(file.read_text())
+        if isinstance(data, dict) and isinstance(data.get("perplexity"), (int, float)):
+            return data
+    except (OSError, ValueError):
+        pass
+    file.unlink(missing_ok=True)
+    return None
+
+
+def _fidelity(facts: dict, baseline_file: Path, heldout: list[str], seq_len: int) -> dict | None:
+    measured = facts.pop("heldout_perplexity", {})
+    if not heldout or "candidate" not in measured:
+        return None
+    cached = "baseline" not in measured
+    if cached:
+        base = _cached_perplexity(baseline_file)
+        assert base is not None  # checked before the worker was asked to skip it
+    else:
+        base = measured["baseline"]
+        baseline_file.parent.mkdir(parents=True, exist_ok=True)
+        baseline_file.write_text(json.dumps(base))
+    cand = measured["candidate"]
+    return {"heldout_samples": len(heldout), "heldout_digest": sha256_json(heldout),
+            "seq_len": seq_len, "tokens": cand["tokens"],
+            "baseline_perplexity": base["perplexity"], "candidate_perplexity": cand["perplexity"],
+            "perplexity_ratio": round(cand["perplexity"] / base["perplexity"], 4),
+            "baseline_cached": cached, "seconds": cand["seconds"] + (0 if cached else
+                                                                      base["seconds"]),
+            "method": "transformers forward of the quantised model in llm-compressor's "
+                      "simulated (fake-quantised) form, before saving"}
+
+
+def _kv_and_ignore(path: Path) -> dict:
+    qc = json.loads((path / "config.json").read_text()).get("quantization_config") or {}
+    return {"kv_cache_scheme": qc.get("kv_cache_scheme"), "ignore": qc.get("ignore", [])}
+
+
+def quantize(cfg: RunConfig, name: str, cand: Candidate, model_dir: Path, model_digest: str,
+             log_file: Path, on_progress: Callable[[str], None] = lambda _s: None
+             ) -> QuantizeResult:
+    """Return the candidate's checkpoint (cand: the config's entry `name`, resolved by
+    the caller's checks), building it only on a cache miss."""
+    if cand.checkpoint is not None or cand.recipe == "none":
+        return _passthrough(cfg, name, cand, model_dir)
+
+    recipe = recipe_identity(cand, cfg.resolve)
+    needs_data = needs_calibration(cand)
+    samples = calibration_samples(cfg.calibration, cfg.resolve) if needs_data else []
+    samples_digest = sha256_json([samples, cfg.calibration.seq_len]) if needs_data else None
+    versions = quant_library_versions()
+    key = artifact_key(model_digest, recipe, samples_digest, versions)
+    final = cache_root() / "artifacts" / key[:24]
+    cache_entry.sweep_staging(final.parent)
+    if final.exists():
+        problem = cache_entry.check(final)
+        if problem is None:
+            manifest = json.loads((final / "manifest.json").read_text())
+            return QuantizeResult(name, str(final), True, key, manifest, "cache",
+                                  serve_args_for(final, cand.serve_args()))
+        on_progress(f"cached artifact dropped ({problem}); rebuilding")
+        log_file.parent.mkdir(parents=True, exist_ok=True)
+        with log_file.open("a") as log:
+            log.write(f"[workbench] cached artifact dropped: {problem}\n")
+        shutil.rmtree(final, ignore_errors=True)
+
+    heldout = heldout_samples(cfg.calibration, cfg.resolve)
+    base_ppl = _baseline_perplexity_file(model_digest, heldout, cfg.calibration.seq_len,
+                                         versions)
+    # Build in a scratch folder beside the final one and rename at the end, so an
+    # interrupted run never leaves a folder that looks complete.
+    staging = cache_entry.staging_for(final)
+    staging.mkdir(parents=True)
+    work = staging / "_job"
+    work.mkdir()
+    (work / "samples.json").write_text(json.dumps(samples))
+    (work / "heldout.json").write_text(json.dumps(heldout))
+    job = {
+        "model_dir": str(model_dir), "out_dir": str(staging), **recipe,
+        "recipe_file": recipe.get("recipe_file"), "needs_data": needs_data,
+        "samples_file": str(work / "samples.json"), "num_samples": len(samples),
+        "seq_len": cfg.calibration.seq_len, "seed": cfg.calibration.seed,
+        "heldout_file": str(work / "heldout.json") if heldout else None,
+        "baseline_perplexity": "cached" if _cached_perplexity(base_ppl) else None,
+        "result_file": str(work / "result.json"),
+    }
+    try:
+        _run_worker(job, log_file, on_progress)
+        facts = json.loads((work / "result.json").read_text())
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    shutil.rmtree(work)
+    size, base_size = _folder_size(staging), _folder_size(model_dir)
+    facts["scheme_summary"].update(_kv_and_ignore(staging))
+    manifest = {
+        "candidate": name,
+        "source": "built",
+        "recipe": recipe,
+        "format": format_of_checkpoint(staging, []).to_dict(),  # the checkpoint's own
+        "key": key,
+        "model_dir": str(model_dir),
+        "model_digest": model_digest,
+        "calibration": {**cfg.calibration.model_dump(), "samples_digest": samples_digest}
+        if needs_data else None,
+        "fidelity": _fidelity(facts, base_ppl, heldout, cfg.calibration.seq_len),
+        **facts,
+        "size_bytes": size,
+        "baseline_size_bytes": base_size,
+        "compression_ratio": round(base_size / size, 3),
+        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+    (staging / "manifest.json").write_text(json.dumps(manifest, indent=2))
+    cache_entry.seal(staging)
+    cache_entry.publish(staging, final)
+    return QuantizeResult(name, str(final), False, key, manifest, "built",
+                          serve_args_for(final, cand.serve_args()))
+
+
+def show_candidates(cfg: RunConfig, results: list[QuantizeResult], device: str,
+                    console: Console) -> None:
+    """A table of the candidates built: format, size, held-out perplexity, whether this
+    device serves each."""
+
+    table = Table(title=f"candidates of {cfg.model.name}")
+    for col in ("candidate", "format", "size MB", "ratio", "held-out ppl", "built s",
+                f"serves on {device}"):
+        table.add_column(col)
+    for q in results:
+        m, fid = q.manifest, q.manifest.get("fidelity") or {}
+        problem = unsupported_here(cfg, q.candidate, device, Path(q.path))
+        ppl = (f"{fid['baseline_perplexity']:.2f} -> {fid['candidate_perplexity']:.2f}"
+               if fid else "-")
+        table.add_row(escape(q.candidate), escape(q.format.label),
+                      f"{m.get('size_bytes', 0) / 1e6:.0f}", f"{m.get('compression_ratio', 1):.2f}",
+                      ppl, f"{m['wall_time_s']:.0f}" if "wall_time_s" in m else "-",
+                      "[green]yes[/]" if problem is None else
+                      "[yellow]unsupported[/]: " + escape(problem))
+    console.print(table)

@@ -1,0 +1,144 @@
+"""The decision record assembled from the stages' results: the plan, the measured pair and
+the gate report. Nothing is computed here that a stage computes: the suite tables are the
+gate stage's comparisons, the load and headroom are the measurements' own.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from pathlib import Path
+
+from workbench.config.run_config import DEFAULT_PRICE_PER_HOUR, EndpointConfig
+from workbench.gate.verdict import GateReport, SuiteComparison
+from workbench.loadtest.bench import LoadResult, cost_figures
+from workbench.measure.measurement import SAMPLING, Measurement
+from workbench.measure.pair import ROLES, MeasuredPair
+from workbench.plan.checks import Plan
+from workbench.record.decision import DecisionRecord, Sampling, host_facts
+from workbench.record.plots import LATENCY_PLOT, plot_latency_vs_throughput
+from workbench.record.sections import (
+    CostSection,
+    EndpointSection,
+    EngineSection,
+    MlflowSection,
+    SuitePair,
+    SuiteSummary,
+)
+from workbench.serve.engine import ServerInfo
+from workbench.suites.runner import SuiteResult
+from workbench.suites.scorers.generation_health import health_summary
+
+__all__ = ["build_record", "endpoint_section", "suite_pairs", "suite_summary"]
+
+
+def suite_summary(r: SuiteResult) -> SuiteSummary:
+    out = SuiteSummary(n=r.n, kind=r.kind, accuracy=r.accuracy,  # type: ignore[typeddict-item]
+                       slices=r.slices, metrics=r.metrics, digest=r.digest)
+    if r.generates:
+        out["health"] = health_summary(r.items)  # type: ignore[typeddict-item]
+    return out
+
+
+def suite_pairs(base: dict[str, SuiteResult], cand: dict[str, SuiteResult],
+                compared: dict[str, SuiteComparison]) -> dict[str, SuitePair]:
+    """Each suite both sides ran: its two summaries and the gate stage's comparison."""
+    out: dict[str, SuitePair] = {}
+    for name, b in base.items():
+        if name not in cand:
+            continue
+        pair = SuitePair(baseline=suite_summary(b), candidate=suite_summary(cand[name]))
+        if name in compared:
+            c = compared[name]
+            pair.update(flips=c.flips, comparison=c.score)
+            if c.health is not None:
+                pair["health_comparison"] = c.health
+        out[name] = pair
+    return out
+
+
+def _cost(p: Plan, role: str, load: LoadResult) -> CostSection:
+    """Cost at the highest load level that met the SLO (the highest level, when the
+    workload declares no SLO), for every device the engine holds (load.price_per_hour is
+    per device)."""
+    work = p.cfg.workload
+    per_device = work.price_per_hour or DEFAULT_PRICE_PER_HOUR[p.device]
+    devices = p.devices(role)
+    heaviest = load.levels[-1] if load.levels else None
+    level = load.max_stable_level() if work.slo is not None else heaviest
+    source = "config" if work.price_per_hour else f"illustrative default for {p.device}"
+    return {**cost_figures(level, per_device * devices), "devices": devices,  # type: ignore[typeddict-item]
+            "price_per_device_hour": per_device,
+            "price_source": f"{source}, x {devices} devices" if devices > 1 else source}
+
+
+def _sampling(p: Plan) -> Sampling:
+    """How every suite was decoded: the settings a rerun must repeat."""
+    return {**SAMPLING, "seed": p.cfg.seed, "profile": p.cfg.profile,  # type: ignore[typeddict-item]
+            "max_tokens": {s.name: s.spec.max_tokens for s in p.suites
+                           if s.spec.scoring not in ("choice", "logprobs", "lm-eval")},
+            "guided_decoding": "response_format json_schema (xgrammar, no free whitespace)"}
+
+
+def _plots(p: Plan, pair: MeasuredPair, run_dir: Path) -> dict[str, str]:
+    title = (f"{p.cfg.model.name}: baseline vs {p.candidate_name}, load profile "
+             f"{p.cfg.load.profile!r} on {p.device}")
+    path = plot_latency_vs_throughput({role: pair.side(role).load for role in ROLES}, title,
+                                      run_dir / LATENCY_PLOT)
+    return {"latency vs throughput": path.name}
+
+
+def _engine(p: Plan, base: Measurement, cand: Measurement) -> EngineSection:
+    sides = (("baseline", base), ("candidate", cand))
+    return {"version": p.engine_version, "config": p.cfg.engine.model_dump(),
+            "baseline_command": base.server.command, "candidate_command": cand.server.command,
+            "baseline_cache": base.server.cache_info, "candidate_cache": cand.server.cache_info,
+            "kernels": {role: m.server.kernels for role, m in sides},
+            "cold_start": {role: {"healthy_s": m.server.cold_start_s,
+                                  "first_token_s": m.server.first_token_s}
+                           for role, m in sides if not m.server.endpoint}}
+
+
+def endpoint_section(ep: EndpointConfig | None, server: ServerInfo) -> EndpointSection:
+    """What the record keeps of an endpoint: where, what it served, how it was asked
+    (the key's variable, never the key) and what could not be measured there."""
+    env = ep.api_key_env if ep else None
+    return {"url": server.endpoint, "model": server.served_name, "version": server.version,
+            "auth": f"bearer token from ${env}" if env else "none",
+            "devices": ep.devices if ep else 1, "unmeasured": list(server.unmeasured)}
+
+
+def build_record(p: Plan, pair: MeasuredPair, report: GateReport, fidelity: dict[str, dict],
+                 run_dir: Path, mlflow: MlflowSection) -> DecisionRecord:
+    q, base, cand = pair.artifact, pair.baseline, pair.candidate
+    sides = (("baseline", base), ("candidate", cand))
+    return DecisionRecord(
+        decision=report.decision,
+        policy=report.policy,
+        candidate=p.candidate_name,
+        model={"name": p.cfg.model.name, "path": str(p.model_dir),
+               "digest": p.model_digest, "candidate_path": q.path,
+               **({"hub": p.hub} if p.hub else {})},  # type: ignore[typeddict-item]
+        device=host_facts(p.device),  # type: ignore[arg-type]
+        gates=report.gates,
+        suites=suite_pairs(base.suites, cand.suites, report.suites),
+        fidelity=fidelity,
+        load={role: m.load.to_dict() for role, m in sides},
+        headroom={role: m.headroom for role, m in sides},
+        cost={role: _cost(p, role, m.load) for role, m in sides},
+        engine=_engine(p, base, cand),
+        quantization={**q.manifest, "serve_args": q.serve_args,  # type: ignore[typeddict-item]
+                      **({"served_format": q.format.to_dict()} if q.path else {})},
+        endpoints={role: endpoint_section(p.cfg.endpoints.of(role), m.server)
+                   for role, m in sides if m.server.endpoint},
+        data_digests={s.name: s.digest for s in p.suites},
+        seeds={"run": p.cfg.seed, "load": p.cfg.workload.seed,
+               "calibration": p.cfg.calibration.seed},
+        sampling=_sampling(p),
+        library_versions={"engine": p.engine_version,
+                          **q.manifest.get("library_versions", {})},
+        run_dir=str(run_dir),
+        created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        reused={"quantized_artifact": q.cache_hit, **pair.reused},
+        plots=_plots(p, pair, run_dir),
+        mlflow=mlflow,
+    )

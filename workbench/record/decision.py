@@ -1,0 +1,146 @@
+"""Record stage: the decision record (JSON for machines, Markdown for people)."""
+
+from __future__ import annotations
+
+import os
+import platform
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from typing_extensions import TypedDict
+
+from workbench.gate.gates import GateOutcome
+from workbench.gate.verdict import PolicySection
+from workbench.mechanisms.errors import EXIT_PROMOTE, EXIT_REJECT
+from workbench.record.sections import (
+    CostSection,
+    DeviceSection,
+    EndpointSection,
+    EngineSection,
+    FidelityJson,
+    HeadroomJson,
+    LoadJson,
+    MlflowSection,
+    ModelSection,
+    QuantizationSection,
+    SuitePair,
+)
+
+__all__ = ["SCHEMA_VERSION", "SEVERITY", "DecisionRecord", "Role", "Sampling", "gate_counts",
+           "host_facts", "quantization_metrics", "record_metrics", "worst_first"]
+
+# 4: endpoints, hub commit, per-device cost, unmeasurable figures null; 3: every section
+# typed below the top level; 2: policy, plots, kernels
+SCHEMA_VERSION = 4
+
+
+class Sampling(TypedDict):
+    temperature: float
+    api: str
+    seed: int
+    profile: str
+    max_tokens: dict[str, int]  # generating suite -> its max_tokens
+    guided_decoding: str
+
+Role = Literal["baseline", "candidate"]
+
+
+@dataclass
+class DecisionRecord:
+    """The decision and all its evidence. Every section is typed (sections.py), so the
+    published schema describes the record to its leaves; a section still holds plain
+    JSON, which is what the renderers, CI scripts and stored records read."""
+
+    decision: Literal["promote", "reject", "inconclusive"]
+    candidate: str
+    model: ModelSection
+    device: DeviceSection
+    gates: list[GateOutcome]
+    suites: dict[str, SuitePair]
+    load: dict[Role, LoadJson]
+    engine: EngineSection
+    quantization: QuantizationSection
+    data_digests: dict[str, str]  # suite -> sha256 of its data
+    seeds: dict[str, int]
+    library_versions: dict[str, str]
+    run_dir: str
+    created_at: str
+    fidelity: dict[str, FidelityJson] = field(default_factory=dict)
+    sampling: Sampling = field(default_factory=lambda: Sampling())  # type: ignore[typeddict-item]
+    headroom: dict[Role, HeadroomJson] = field(default_factory=dict)
+    cost: dict[Role, CostSection] = field(default_factory=dict)
+    reused: dict[str, bool] = field(default_factory=dict)  # what came from caches
+    plots: dict[str, str] = field(default_factory=dict)  # title -> PNG path in the run folder
+    policy: PolicySection = field(default_factory=lambda: PolicySection())  # type: ignore[typeddict-item]
+    mlflow: MlflowSection = field(default_factory=lambda: MlflowSection())
+    endpoints: dict[Role, EndpointSection] = field(default_factory=dict)  # sides not served here
+    schema_version: int = SCHEMA_VERSION
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_PROMOTE if self.decision == "promote" else EXIT_REJECT
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "exit_code": self.exit_code}
+
+
+SEVERITY = {"fail": 0, "inconclusive": 1, "pass": 2, "not_applicable": 3}
+
+
+def worst_first(gates: list[GateOutcome]) -> list[GateOutcome]:
+    return sorted(gates, key=lambda g: SEVERITY[g.status])
+
+
+def host_facts(device: str) -> dict:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"kind": device, "cpu": cpu, "cpu_count": os.cpu_count(),
+            "platform": platform.platform(), "python": platform.python_version()}
+
+
+def record_metrics(rec: DecisionRecord) -> dict[str, float]:
+    """The record's own figures flattened for MLflow: the decision, the artifact, cost,
+    token-level fidelity and each quality delta (the models' measurements add theirs)."""
+    out: dict[str, float] = {"decision_code": rec.exit_code}
+    out.update(quantization_metrics(rec.quantization))
+    for role, c in rec.cost.items():
+        out.update({f"{role}.cost.{k}": float(v) for k, v in c.items()
+                    if k.startswith("usd_") and v is not None})
+    for name, f in rec.fidelity.items():
+        for k in ("kl_mean", "kl_p95", "top1_agreement"):
+            out[f"fidelity.{name}.{k}"] = f[k]
+        for k in ("identical_share", "prefix_agreement", "first_divergence_p50"):
+            if k in f.get("agreement", {}):
+                out[f"fidelity.{name}.{k}"] = f["agreement"][k]
+    for g in rec.gates:
+        if g.value is not None and g.gate.startswith("quality:"):
+            out[f"delta.{g.gate.removeprefix('quality:').replace('[', '.').rstrip(']')}"] = g.value
+    return out
+
+
+def quantization_metrics(manifest: QuantizationSection | dict) -> dict[str, float]:
+    fid = manifest.get("fidelity") or {}
+    figures = {"quantize.size_mb": manifest.get("size_bytes", 0) / 1e6,
+               "quantize.compression_ratio": manifest.get("compression_ratio"),
+               "quantize.wall_time_s": manifest.get("wall_time_s"),
+               "quantize.peak_rss_mb": manifest.get("peak_rss_mb"),
+               "quantize.heldout_ppl_baseline": fid.get("baseline_perplexity"),
+               "quantize.heldout_ppl_candidate": fid.get("candidate_perplexity"),
+               "quantize.heldout_ppl_ratio": fid.get("perplexity_ratio")}
+    return {k: float(v) for k, v in figures.items() if v is not None}
+
+
+def gate_counts(rec: DecisionRecord) -> str:
+    """"20 pass, 8 fail, 1 inconclusive": a tag, a summary line."""
+    counts = {s: sum(g.status == s for g in rec.gates)
+              for s in ("pass", "fail", "inconclusive", "not_applicable")}
+    return ", ".join(f"{n} {s}" for s, n in counts.items() if n)
+
+

