@@ -5,7 +5,6 @@ recomputed from the stored per-item results."""
 import json
 import random
 import re
-from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -87,11 +86,12 @@ def test_a_regated_record_has_every_interval_at_its_own_confidence(
         ev = gates[gate]["evidence"]
         assert (ev["ci_low"], ev["ci_high"]) == pytest.approx(expected[name])
     assert rec["suites"]["q"]["flips"] == {
-        "paired": 80, "to_wrong": sum(b == 1 and c == 0 for b, c in zip(base, cand)),
-        "to_right": sum(b == 0 and c == 1 for b, c in zip(base, cand))}
+        "paired": 80, "to_wrong": sum(b == 1 and c == 0 for b, c in zip(base, cand, strict=True)),
+        "to_right": sum(b == 0 and c == 1 for b, c in zip(base, cand, strict=True))}
 
     md = (out / "decision.md").read_text()
-    shown = {(float(a), float(b)) for a, b in re.findall(r"\[([+-]\d\.\d{3}), ([+-]\d\.\d{3})\]", md)}
+    interval = r"\[([+-]\d\.\d{3}), ([+-]\d\.\d{3})\]"
+    shown = {(float(a), float(b)) for a, b in re.findall(interval, md)}
     for low, high in expected.values():
         assert (round(low, 3), round(high, 3)) in shown
     for low, high in wider.values():

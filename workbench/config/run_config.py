@@ -51,8 +51,8 @@ __all__ = [
     "read_yaml",
 ]
 
-# Built-in quantisation recipes (workbench/subprocesses/quantize_worker.py builds them). "none" serves the
-# baseline's own weights with the candidate's engine arguments (an FP8 KV cache chosen at
+# Built-in quantisation recipes (subprocesses/quantize_worker.py builds them). "none" serves
+# the baseline's own weights with the candidate's engine arguments (an FP8 KV cache chosen at
 # serve time, or an A/A check).
 RECIPES = ("w4a16", "w8a16", "w8a8-int8", "fp8-dynamic", "kv-fp8", "fp8-dynamic+kv-fp8", "none")
 GROUPED_RECIPES = ("w4a16", "w8a16")
@@ -498,7 +498,8 @@ class TrackingConfig(_Strict):
 
 
 def tracking_uri(cfg: TrackingConfig) -> str:
-    """MLFLOW_TRACKING_URI wins, then the config, then ./mlflow.db (absolute: MLflow resolves a relative sqlite path against its own working directory)."""
+    """MLFLOW_TRACKING_URI wins, then the config, then ./mlflow.db (absolute: a relative
+    sqlite path would be read against whatever folder MLflow runs in)."""
     return os.environ.get("MLFLOW_TRACKING_URI") or cfg.uri or \
         f"sqlite:///{Path.cwd().resolve() / 'mlflow.db'}"
 

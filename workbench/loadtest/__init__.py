@@ -1,3 +1,5 @@
-"""Load test: a declared workload driven against a served model; latency, throughput, SLO and memory headroom.
+"""Load test: a declared workload driven against a served model; latency, throughput, SLO and
+memory headroom.
 
-docs/architecture.md places this package among the others."""
+docs/architecture.md places this package among the others.
+"""

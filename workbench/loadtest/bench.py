@@ -38,7 +38,7 @@ __all__ = ["AGREEMENT_TOLERANCE", "LevelResult", "LoadResult", "bench_command", 
            "level_requests", "per_request_ms", "run_load_test", "slo_figures"]
 
 PERCENTILES = (50, 95, 99)
-SKIPPED = "skipped: past --max-duration"  # subprocesses.vllm_bench.SKIPPED (that module imports vllm)
+SKIPPED = "skipped: past --max-duration"  # vllm_bench.SKIPPED (that module imports vllm)
 BOUNDARY = "client-side: HTTP streaming, measured by vllm bench serve"
 SERVER_BOUNDARY = ("server-side: the engine's /metrics histograms over the level's own "
                    "requests (bucketed; percentiles interpolated as Prometheus does, means "

@@ -128,7 +128,7 @@ def _later_rounds(p: Plan, q: QuantizeResult, base: Measurement, cand: Measureme
                                              run_dir / role / f"round-{r}", console,
                                              ceiling=False).load)
     out = []
-    for role, m in zip(ROLES, (base, cand)):
+    for role, m in zip(ROLES, (base, cand), strict=True):
         m = replace(m, load=replace(m.load, rounds=later[role]))
         write_json(run_dir / role / MEASUREMENT_FILE, m.to_dict())
         out.append(m)

@@ -17,4 +17,5 @@ def published_schema(kind: type, name: str, version: int, exit_codes: dict[int, 
     schema["required"] = [*schema.get("required", []), "exit_code"]
     schema["properties"]["schema_version"]["const"] = version
     return {"$schema": "https://json-schema.org/draft/2020-12/schema",
-            "$id": f"https://quant-workbench/record/ and workbench/sweep/{name}-v{version}.schema.json", **schema}
+            "$id": f"https://quant-workbench/schemas/{name}-v{version}.schema.json",
+            **schema}

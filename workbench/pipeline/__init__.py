@@ -1,3 +1,5 @@
-"""Pipeline: the commands as recipes that call the stages in order (evaluate, quantize, gate, log).
+"""Pipeline: the commands as recipes that call the stages in order (evaluate, quantize, gate,
+log).
 
-docs/architecture.md places this package among the others."""
+docs/architecture.md places this package among the others.
+"""

@@ -1,3 +1,5 @@
-"""Quantise: a candidate's checkpoint built from its recipe and calibration data (llm-compressor, in its own environment), cached by content.
+"""Quantise: a candidate's checkpoint built from its recipe and calibration data (llm-
+compressor, in its own environment), cached by content.
 
-docs/architecture.md places this package among the others."""
+docs/architecture.md places this package among the others.
+"""

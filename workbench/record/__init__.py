@@ -1,3 +1,5 @@
-"""Record: the decision record (JSON contract, Markdown, JUnit, CI summary), assembled from the stage results.
+"""Record: the decision record (JSON contract, Markdown, JUnit, CI summary), assembled from the
+stage results.
 
-docs/architecture.md places this package among the others."""
+docs/architecture.md places this package among the others.
+"""

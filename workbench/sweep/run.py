@@ -100,8 +100,8 @@ def choose(cfg: RunConfig, names: list[str], outputs: Outputs, device: str,
             serving.append(name)
     plans = []
     for name in serving:
-        p = plan(cfg, name, outputs, device, cluster and (cluster.per_node, cluster.total,
-                                                          cluster.where))
+        offered = (cluster.per_node, cluster.total, cluster.where) if cluster else None
+        p = plan(cfg, name, outputs, device, offered)
         fmt = format_of_candidate(p.candidate)
         rate = emulated_rate(fmt, device) if fmt is not None else None
         if rate is not None and not include_slow:

@@ -238,8 +238,9 @@ def _why_not(row: SweepRow, best: SweepRow | None, objective: Objective) -> str:
         return f"promoted, but has no {OBJECTIVE_LABEL[objective]} (no level met the SLO)"
     dominated = f"; dominated by {', '.join(row.dominated_by)}" if row.dominated_by else ""
     assert best is not None
-    return (f"promoted, but {OBJECTIVE_LABEL[objective]} {show_objective(row.efficiency, objective)} "
-            f"against {show_objective(best.efficiency, objective)} for {best.candidate}{dominated}")
+    return (f"promoted, but {OBJECTIVE_LABEL[objective]} "
+            f"{show_objective(row.efficiency, objective)} against "
+            f"{show_objective(best.efficiency, objective)} for {best.candidate}{dominated}")
 
 
 def rank(rows: list[SweepRow], objective: Objective) -> tuple[list[str], Recommendation]:
@@ -261,7 +262,8 @@ def rank(rows: list[SweepRow], objective: Objective) -> tuple[list[str], Recomme
         return [r.candidate for r in rows if r.on_front], Recommendation(None, None, reason,
                                                                           others)
     reason = (f"{best.candidate}: promoted, the best {OBJECTIVE_LABEL[objective]} "
-              f"({show_objective(best.efficiency, objective)}) among the promoted, quality retained "
+              f"({show_objective(best.efficiency, objective)}) among the promoted, quality "
+              "retained "
               f"{best.quality:+.3f}")
     runner_up = promoted[1].candidate if len(promoted) > 1 else None
     return [r.candidate for r in rows if r.on_front], Recommendation(best.candidate, runner_up,

@@ -22,7 +22,8 @@ def main() -> None:
             for i in range(PER_CELL):
                 a, b = rng.randint(lo, hi), rng.randint(lo, hi)
                 if op_name == "subtraction" and b > a:
-                    a, b = b, a  # keep answers non-negative: a small model's sign handling is a different skill
+                    # keep answers non-negative: a small model's sign handling is another skill
+                    a, b = b, a
                 rows.append({"id": f"{op_name[:3]}-{size_name[:3]}-{i:02d}", "a": a, "b": b,
                              "op": symbol, "answer": fn(a, b), "slices": [op_name, size_name]})
     out = Path(__file__).with_name("items.jsonl")
