@@ -258,6 +258,7 @@ def _latency_outcomes(gate: LatencyGate, ev: Evidence, policy: GatePolicy, seed:
             round_values(cand, blevel.key, gate.metric)
         between = session_ratio_interval(*rounds, policy.confidence) \
             if min(len(rounds[0]), len(rounds[1])) > 1 else None
+        interval: tuple[float, float] | None
         if between is not None:
             value, interval = between
             bv, cv = (float(stats.gmean(r)) for r in rounds)  # what the ratio compares

@@ -6,7 +6,7 @@ tested with an exact McNemar test (scipy.stats.binomtest on the discordant pairs
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 import numpy as np
@@ -172,9 +172,12 @@ class Paired:
         return replace(self.delta, p_inferior=float(np.mean(self.means <= -margin)))
 
     def to_json(self) -> SliceComparison:
-        d = asdict(self.delta)
-        del d["p_inferior"]
-        return SliceComparison(**d, constant_baseline=self.constant_baseline)
+        d = self.delta
+        return SliceComparison(n=d.n, baseline=d.baseline, candidate=d.candidate,
+                               delta=d.delta, ci_low=d.ci_low, ci_high=d.ci_high,
+                               flips_to_wrong=d.flips_to_wrong,
+                               flips_to_right=d.flips_to_right, mcnemar_p=d.mcnemar_p,
+                               sd=d.sd, constant_baseline=self.constant_baseline)
 
 
 ALL = "(all)"  # the whole suite, beside its slices

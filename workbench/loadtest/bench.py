@@ -169,7 +169,7 @@ class LoadResult:
                 for metric in ("ttft", "tpot", "itl", "e2el"):
                     out[f"{lv.key}.{metric}_{stat}_ms"] = getattr(lv, f"{metric}_ms")[stat]
             out.update({f"{lv.key}.{k}": float(v) for k, v in lv.slo.items()
-                        if k in ("goodput_rps", "attainment")})
+                        if k in ("goodput_rps", "attainment") and isinstance(v, (int, float))})
             for metric, stats in lv.server.get("latency", {}).items():
                 for stat in ("p50", "p99"):
                     out[f"{lv.key}.server.{metric.removesuffix('_ms')}_{stat}_ms"] = stats[stat]
@@ -353,7 +353,7 @@ def agreement(level: LevelResult) -> Agreement:
         if math.isnan(server):
             continue
         diff = client["mean"] - server
-        out[metric.removesuffix("_ms")] = {
+        out[metric.removesuffix("_ms")] = {  # type: ignore[literal-required]
             "client_mean_ms": client["mean"], "server_mean_ms": server,
             "diff_ms": round(diff, 3),
             "within": abs(diff) <= max(AGREEMENT_TOLERANCE * server, AGREEMENT_FLOOR_MS)}
@@ -374,7 +374,7 @@ def level_requests(profile: LoadProfile, trace: Path | None, max_model_len: int
 
 
 def workload_summary(profile: LoadProfile, requests: list[Request]) -> Workload:
-    def spread(values: list[int]) -> dict:
+    def spread(values: list[int]) -> Spread:
         ordered = sorted(values)
         return {"mean": round(sum(values) / len(values), 1),
                 "p50": ordered[len(ordered) // 2], "min": ordered[0], "max": ordered[-1]}
@@ -491,7 +491,7 @@ GENERATOR_BOUNDARY = ("the same requests, closed loop at the heaviest level's co
 
 
 def generator_ceiling(tokenizer: Path, profile: LoadProfile, requests: list[Request],
-                      out_dir: Path) -> dict:
+                      out_dir: Path) -> GeneratorCeiling:
     """What the load generator alone can carry: the level's requests answered at once by a
     zero-work endpoint. A level whose throughput nears this measured the client, not the
     engine."""
@@ -576,7 +576,8 @@ def run_load_test(
                              f"see {raw_file}")
         levels.append(level)
         on_level(level)
-    generator = generator_ceiling(tokenizer, profile, requests, out_dir) if ceiling else {}
+    generator = generator_ceiling(tokenizer, profile, requests, out_dir) if ceiling \
+        else GeneratorCeiling()
     return LoadResult(boundary=BOUNDARY, profile=profile.model_dump(), levels=levels,
                       name=name, workload=workload_summary(profile, requests),
                       generator=generator)

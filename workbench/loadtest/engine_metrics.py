@@ -97,6 +97,7 @@ class ServerLevel(TypedDict, total=False):
 
     latency: dict[str, dict[str, float]]  # ttft_ms / tpot_ms / ... -> p50, p99, count, mean
     counters: dict[str, float]  # counter -> its increase over the level
+    boundary: str  # where it was measured (loadtest.SERVER_BOUNDARY)
 
 
 def server_side_level(before: Scrape, after: Scrape) -> ServerLevel:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import shutil
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Literal
 
 from rich.console import Console
 from rich.markup import escape
@@ -31,10 +32,11 @@ from workbench.mechanisms.files import write_json
 from workbench.plan.checks import Plan
 from workbench.quantize.build import QuantizeResult
 
-__all__ = ["MeasuredPair", "baseline_entry", "measure_baseline_suites", "measure_pair",
-           "served_name"]
+__all__ = ["ROLES", "MeasuredPair", "Role", "baseline_entry", "measure_baseline_suites",
+           "measure_pair", "served_name"]
 
-ROLES = ("baseline", "candidate")
+Role = Literal["baseline", "candidate"]
+ROLES: tuple[Role, Role] = ("baseline", "candidate")
 
 
 @dataclass(frozen=True)
@@ -47,7 +49,7 @@ class MeasuredPair:
     candidate: Measurement
     reused: dict[str, bool]
 
-    def side(self, role: str) -> Measurement:
+    def side(self, role: Role) -> Measurement:
         return self.baseline if role == "baseline" else self.candidate
 
 

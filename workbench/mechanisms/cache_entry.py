@@ -134,7 +134,7 @@ def _staging_pid(path: Path) -> int | None:
 
 def sweep_staging(parent: Path, older_than_s: float = 3600) -> list[Path]:
     """Remove staging folders whose process is gone (or, without a pid, that are old)."""
-    removed = []
+    removed: list[Path] = []
     if not parent.is_dir():
         return removed
     for path in parent.glob(f"*{STAGING}*"):

@@ -112,7 +112,7 @@ def evaluate_planned(p: Plan, run_dir: Path, console: Console, remeasure: bool =
                     [(s.name, s.path, s.digest) for s in p.suites])
         finally:
             tracker.log_artifacts(run_dir)  # partial results too, when a stage failed
-    rec.mlflow.update(tracker.status())  # type: ignore[typeddict-item]
+    rec.mlflow.update(tracker.status())
     write_record(run_dir, rec)
     print_decision(rec, console)
     console.print(f"decision record: {run_dir / 'decision.json'} · MLflow "

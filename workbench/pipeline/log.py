@@ -13,6 +13,7 @@ from workbench.config.run_config import load_config
 from workbench.mechanisms.errors import InfraError, InputError
 from workbench.plan.checks import tracking_problems
 from workbench.record.render import write_record
+from workbench.record.sections import MlflowSection
 from workbench.record.store import load_record, stored_measurement
 from workbench.suites.definition import find_suite_dir
 from workbench.tracking.run_log import log_run
@@ -50,9 +51,12 @@ def log_stored_run(run_dir: Path, console: Console) -> None:
         tracker.log_artifacts(run_dir)
     if tracker.lost is not None:
         raise InfraError(f"MLflow at {tracker.uri}: {tracker.lost}")
-    rec.mlflow = {"tracking_uri": tracker.uri, "run_id": tracker.run_id,  # type: ignore[typeddict-item]
-                  "experiment_id": tracker.experiment_id, **tracker.status(),
-                  "logged_later": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                  **({"registry": rec.mlflow["registry"]} if "registry" in rec.mlflow else {})}
+    registry = rec.mlflow.get("registry")
+    rec.mlflow = MlflowSection(tracking_uri=tracker.uri, run_id=tracker.run_id,
+                               experiment_id=tracker.experiment_id)
+    rec.mlflow.update(tracker.status())
+    rec.mlflow["logged_later"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    if registry is not None:
+        rec.mlflow["registry"] = registry
     write_record(run_dir, rec)
     console.print(f"logged {run_dir} to MLflow run {tracker.run_id} ({tracker.uri})")

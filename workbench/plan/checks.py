@@ -17,7 +17,7 @@ import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 from urllib.parse import urlparse
 
 import httpx
@@ -187,7 +187,7 @@ def policy_problems(policy: GatePolicy, path: Path, suites: list[Suite]) -> list
     return problems
 
 
-def _tokenizer(model_dir: Path):  # -> tokenizers.Tokenizer | None
+def _tokenizer(model_dir: Path) -> Any:  # tokenizers.Tokenizer | None
     file = model_dir / "tokenizer.json"
     if not file.is_file():
         return None
@@ -209,7 +209,7 @@ def _chat_template(model_dir: Path) -> str | None:
     return template if isinstance(template, str) else None
 
 
-def chat_overhead(model_dir: Path, tok, system_prompt: str | None) -> int:  # noqa: ANN001
+def chat_overhead(model_dir: Path, tok: Any, system_prompt: str | None) -> int:
     """Tokens the chat template adds around one user message (with the suite's system
     prompt): rendered with jinja2 in a sandbox, as transformers renders chat templates,
     and counted with the model's tokenizer. CHAT_TEMPLATE_MARGIN when the template
@@ -486,7 +486,7 @@ def endpoint_problems(cfg: RunConfig) -> list[str]:
             models = served_models(ep.url, key)
         except httpx.HTTPStatusError as err:
             code = err.response.status_code
-            why = (("refused the key from $" + ep.api_key_env if key else
+            why = ((f"refused the key from ${ep.api_key_env}" if key else
                     "asks for an API key: name its environment variable in api_key_env")
                    if code in (401, 403) else f"answered {code}")
             problems.append(f"{where}.url: {ep.url}/v1/models {why}")
@@ -551,13 +551,13 @@ def config_problems(cfg: RunConfig, candidates: list[str], device: str, serving:
         if cfg.endpoints.candidate is not None:
             continue  # already served elsewhere: nothing here builds or serves it
         if model_dir is not None:
-            problems.run(lambda n=name: candidate_problems(cfg, n, model_dir))
-        problems.run(lambda n=name: recipe_file_problems(cfg, n))
-        problems.run(lambda n=name: data_problems(cfg, n))
+            problems.run(functools.partial(candidate_problems, cfg, name, model_dir))
+        problems.run(functools.partial(recipe_file_problems, cfg, name))
+        problems.run(functools.partial(data_problems, cfg, name))
         if serving:
-            problems.run(lambda n=name: [p] if (p := serving_problem(cfg, n, device)) else [])
+            problems.run(functools.partial(_serving_problems, cfg, name, device))
     for name in profiles if profiles is not None else [cfg.load.profile]:
-        problems.get(lambda n=name: _profile_requests(cfg, n))
+        problems.get(functools.partial(_profile_requests, cfg, name))
     problems.run(lambda: engine_args_problems(cfg, candidates))
     if serving:
         problems.run(lambda: parallelism_problems(cfg, device, cluster))
@@ -566,6 +566,11 @@ def config_problems(cfg: RunConfig, candidates: list[str], device: str, serving:
         problems.run(lambda: tracking_problems(cfg))
     problems.extend(check_outputs(outputs))
     return problems
+
+
+def _serving_problems(cfg: RunConfig, name: str, device: str) -> list[str]:
+    problem = serving_problem(cfg, name, device)
+    return [problem] if problem else []
 
 
 def _profile_requests(cfg: RunConfig, name: str) -> list[Request]:
@@ -581,7 +586,7 @@ def check_candidates(cfg: RunConfig, names: list[str], outputs: Outputs, serving
     data, the engine arguments, the outputs (no suites, gates or tracking: they use none)."""
     problems = Problems()
     for name in names:
-        problems.get(lambda n=name: cfg.candidate(n))
+        problems.get(functools.partial(cfg.candidate, name))
     problems.raise_any()  # an unknown candidate makes the other checks meaningless
     config_problems(cfg, names, device or detect_device(), serving, outputs, profiles=[],
                     problems=problems, tracking=False)

@@ -12,7 +12,7 @@ from workbench.config.run_config import DEFAULT_PRICE_PER_HOUR, EndpointConfig
 from workbench.gate.verdict import GateReport, SuiteComparison
 from workbench.loadtest.bench import LoadResult, cost_figures
 from workbench.measure.measurement import SAMPLING, Measurement
-from workbench.measure.pair import ROLES, MeasuredPair
+from workbench.measure.pair import ROLES, MeasuredPair, Role
 from workbench.plan.checks import Plan
 from workbench.record.decision import DecisionRecord, Sampling, host_facts
 from workbench.record.plots import LATENCY_PLOT, plot_latency_vs_throughput
@@ -32,10 +32,11 @@ __all__ = ["build_record", "endpoint_section", "suite_pairs", "suite_summary"]
 
 
 def suite_summary(r: SuiteResult) -> SuiteSummary:
-    out = SuiteSummary(n=r.n, kind=r.kind, accuracy=r.accuracy,  # type: ignore[typeddict-item]
-                       slices=r.slices, metrics=r.metrics, digest=r.digest)
+    out = SuiteSummary(n=r.n, kind=r.kind, accuracy=r.accuracy,
+                       slices=r.slices, metrics=r.metrics,  # type: ignore[typeddict-item]
+                       digest=r.digest)
     if r.generates:
-        out["health"] = health_summary(r.items)  # type: ignore[typeddict-item]
+        out["health"] = health_summary(r.items)  # type: ignore[arg-type,typeddict-item]
     return out
 
 
@@ -49,7 +50,7 @@ def suite_pairs(base: dict[str, SuiteResult], cand: dict[str, SuiteResult],
         pair = SuitePair(baseline=suite_summary(b), candidate=suite_summary(cand[name]))
         if name in compared:
             c = compared[name]
-            pair.update(flips=c.flips, comparison=c.score)
+            pair["flips"], pair["comparison"] = c.flips, c.score
             if c.health is not None:
                 pair["health_comparison"] = c.health
         out[name] = pair
@@ -110,7 +111,7 @@ def endpoint_section(ep: EndpointConfig | None, server: ServerInfo) -> EndpointS
 def build_record(p: Plan, pair: MeasuredPair, report: GateReport, fidelity: dict[str, dict],
                  run_dir: Path, mlflow: MlflowSection) -> DecisionRecord:
     q, base, cand = pair.artifact, pair.baseline, pair.candidate
-    sides = (("baseline", base), ("candidate", cand))
+    sides: tuple[tuple[Role, Measurement], ...] = (("baseline", base), ("candidate", cand))
     return DecisionRecord(
         decision=report.decision,
         policy=report.policy,
@@ -126,7 +127,7 @@ def build_record(p: Plan, pair: MeasuredPair, report: GateReport, fidelity: dict
         headroom={role: m.headroom for role, m in sides},
         cost={role: _cost(p, role, m.load) for role, m in sides},
         engine=_engine(p, base, cand),
-        quantization={**q.manifest, "serve_args": q.serve_args,  # type: ignore[typeddict-item]
+        quantization={**q.manifest, "serve_args": q.serve_args,
                       **({"served_format": q.format.to_dict()} if q.path else {})},
         endpoints={role: endpoint_section(p.cfg.endpoints.of(role), m.server)
                    for role, m in sides if m.server.endpoint},

@@ -12,6 +12,7 @@ from typing_extensions import TypedDict
 
 from workbench.gate.gates import GateOutcome
 from workbench.gate.verdict import PolicySection
+from workbench.measure.pair import Role
 from workbench.mechanisms.errors import EXIT_PROMOTE, EXIT_REJECT
 from workbench.record.sections import (
     CostSection,
@@ -43,7 +44,6 @@ class Sampling(TypedDict):
     max_tokens: dict[str, int]  # generating suite -> its max_tokens
     guided_decoding: str
 
-Role = Literal["baseline", "candidate"]
 
 
 @dataclass
@@ -112,7 +112,7 @@ def record_metrics(rec: DecisionRecord) -> dict[str, float]:
     out.update(quantization_metrics(rec.quantization))
     for role, c in rec.cost.items():
         out.update({f"{role}.cost.{k}": float(v) for k, v in c.items()
-                    if k.startswith("usd_") and v is not None})
+                    if k.startswith("usd_") and isinstance(v, (int, float))})
     for name, f in rec.fidelity.items():
         for k in ("kl_mean", "kl_p95", "top1_agreement"):
             out[f"fidelity.{name}.{k}"] = f[k]

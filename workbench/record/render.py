@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from workbench.gate.verdict import PolicySection
 from workbench.mechanisms.files import write_json
 from workbench.record.decision import SEVERITY, DecisionRecord, worst_first
 
@@ -217,7 +218,7 @@ def _load_lines(rec: DecisionRecord) -> list[str]:
                   "so client-side inter-token gaps are bursty: read TPOT and ITL from the "
                   "server-side columns (docs/load.md)."]
     for who in ("baseline", "candidate"):
-        gen = rec.load.get(who, {}).get("generator")
+        gen = dict(rec.load.get(who, {})).get("generator")  # type: ignore[call-overload]
         best = max((lv["output_throughput"] for w, lv in levels if w == who), default=0.0)
         if gen and gen.get("output_throughput"):
             lines += ["", f"Load generator ceiling ({who} run, zero-work endpoint, "
@@ -250,7 +251,7 @@ def _kernel_lines(kernels: dict) -> list[str]:
     return [f"Kernels the engine chose (its log): {'; '.join(shown)}.", ""] if shown else []
 
 
-def _policy_lines(policy: dict) -> list[str]:
+def _policy_lines(policy: PolicySection) -> list[str]:
     if not policy:
         return []
     holm = policy["multiple_comparisons"] == "holm"

@@ -36,7 +36,7 @@ def json_form(kind: type) -> Any:
 LoadJson = json_form(LoadResult)
 HeadroomJson = json_form(Headroom)
 FidelityJson = json_form(FidelityResult)
-ServedFormatJson = json_form(ServedFormat)
+ServedFormatJson: Any = json_form(ServedFormat)
 
 
 class HubSection(TypedDict):

@@ -4,6 +4,7 @@ before any of it is used: a field that does not fit is an error naming the file 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -50,7 +51,7 @@ def _stored(file: Path, where: str, kind: type, value: object) -> object:
     """A stored value as its type, or an InputError naming the file and field; unknown
     fields are refused, not dropped (a record with them was not written by this version)."""
     if isinstance(value, dict):
-        unknown = sorted(set(value) - set(kind.__dataclass_fields__))
+        unknown = sorted(set(value) - {f.name for f in dataclasses.fields(kind)})
         if unknown:
             raise InputError(f"{file}: {where}: unknown field(s) {', '.join(unknown)}")
     try:

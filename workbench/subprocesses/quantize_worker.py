@@ -15,6 +15,7 @@ import time
 from collections import Counter
 from importlib.metadata import version
 from pathlib import Path
+from typing import Any
 
 KV_FP8 = {"num_bits": 8, "type": "float", "strategy": "tensor", "dynamic": False,
           "symmetric": True}
@@ -25,7 +26,7 @@ def _int_weights(bits: int, group_size: int) -> dict:
             "group_size": group_size}
 
 
-def build_recipe(job: dict):
+def build_recipe(job: dict) -> Any:
     """The llm-compressor modifiers for a built-in recipe, or the user's recipe file."""
     if job.get("recipe_file"):
         return job["recipe_file"]  # passed through unchanged
@@ -50,7 +51,7 @@ def build_recipe(job: dict):
     raise SystemExit(f"unknown recipe {recipe!r}")
 
 
-def calibration_dataset(job: dict, tokenizer):
+def calibration_dataset(job: dict, tokenizer: Any) -> Any:
     from datasets import Dataset
 
     texts = json.loads(Path(job["samples_file"]).read_text())
@@ -62,7 +63,7 @@ def calibration_dataset(job: dict, tokenizer):
     )
 
 
-def heldout_perplexity(model, tokenizer, texts: list[str], seq_len: int) -> dict:
+def heldout_perplexity(model: Any, tokenizer: Any, texts: list[str], seq_len: int) -> dict:
     """Token-weighted perplexity over the held-out passages, batched, on the model's device.
 
     Written here rather than taken from lm-eval: lm-eval's perplexity tasks need a dataset
@@ -91,7 +92,7 @@ def heldout_perplexity(model, tokenizer, texts: list[str], seq_len: int) -> dict
             "seconds": round(time.perf_counter() - started, 2)}
 
 
-def scheme_summary(model) -> dict:
+def scheme_summary(model: Any) -> dict:
     """How each kind of layer was quantised: one row per (layer kind, scheme)."""
     import torch
 
@@ -115,7 +116,7 @@ def scheme_summary(model) -> dict:
                        for (k, s), n in sorted(rows.items())]}
 
 
-def _load(job: dict):
+def _load(job: dict) -> Any:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

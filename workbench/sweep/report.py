@@ -116,14 +116,16 @@ def plot_pareto(record: SweepRecord, out: Path) -> Path | None:
         return None
     scale = 2**20 if record.objective == "weights" else 1
     fig, ax = plt.subplots(figsize=(7, 4.5))
+    points = {r.candidate: (float(r.efficiency or 0.0) / scale, float(r.quality or 0.0))
+              for r in judged}
     for r in judged:
         marker, colour = DECISION_STYLE[r.decision or "reject"]
-        ax.scatter(r.efficiency / scale, r.quality, marker=marker, color=colour, s=60, zorder=3)
-        ax.annotate(r.candidate, (r.efficiency / scale, r.quality), textcoords="offset points",
+        ax.scatter(*points[r.candidate], marker=marker, color=colour, s=60, zorder=3)
+        ax.annotate(r.candidate, points[r.candidate], textcoords="offset points",
                     xytext=(6, 4), fontsize=8)
-    front = sorted((r for r in judged if r.on_front), key=lambda r: r.efficiency or 0.0)
+    front = sorted(points[r.candidate] for r in judged if r.on_front)
     if len(front) > 1:
-        ax.plot([r.efficiency / scale for r in front], [r.quality for r in front], "-",
+        ax.plot([x for x, _ in front], [y for _, y in front], "-",
                 color="#2ca02c", alpha=0.6, label="Pareto front (not rejected)")
     baseline = record.baseline.get(record.objective)
     if baseline is not None:

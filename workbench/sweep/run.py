@@ -171,7 +171,7 @@ def run_sweep(cfg: RunConfig, names: list[str], runs_root: Path, console: Consol
             fanned_out=cluster.where if cluster else None)
         write_sweep(sweep_dir, record)
         _log_sweep(tracker, record, sweep_dir)
-    record.mlflow.update(tracker.status())  # type: ignore[typeddict-item]
+    record.mlflow.update(tracker.status())
     write_sweep(sweep_dir, record)
     print_sweep(record, console)
     return record

@@ -6,7 +6,7 @@ recommendation with the reason each other candidate lost.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from workbench.config.gate_policy import Objective, QualityMeasure
 from workbench.mechanisms.errors import (
@@ -171,6 +171,7 @@ def row_of(rec: DecisionRecord, objective: Objective, quality: QualityMeasure,
     fid = next(iter(rec.fidelity.values()), None)
     base_room, cand_room = rec.headroom.get("baseline", {}), rec.headroom.get("candidate", {})
     heaviest = [_level(rec.load.get(role, {}), None) for role in ("baseline", "candidate")]
+    cost: dict[str, Any] = dict(rec.cost.get("candidate") or {})
     return SweepRow(
         candidate=rec.candidate, status="decided", decision=rec.decision,
         failing_gates=[g.gate for g in rec.gates if g.status == "fail"],
@@ -184,11 +185,10 @@ def row_of(rec: DecisionRecord, objective: Objective, quality: QualityMeasure,
         deltas=deltas,
         throughput_ratio=_ratio(heaviest[1]["output_throughput"] if heaviest[1] else None,
                                 heaviest[0]["output_throughput"] if heaviest[0] else None),
-        slo_level=rec.cost.get("candidate", {}).get("level"),
+        slo_level=cost.get("level"),
         kv_capacity_ratio=_ratio(cand_room.get("kv_cache_tokens"),
                                  base_room.get("kv_cache_tokens")),
-        usd_per_million_at_slo=rec.cost.get("candidate", {}).get(
-            "usd_per_million_output_tokens"),
+        usd_per_million_at_slo=cost.get("usd_per_million_output_tokens"),
         build_s=rec.quantization.get("wall_time_s"),
         evaluate_s=evaluate_s, measured_now=measured_now,
         quality=_quality(quality, deltas, fid),

@@ -70,10 +70,11 @@ def run_name(rec: DecisionRecord) -> str:
 
 
 def mlflow_section(tracker: Tracker) -> MlflowSection:
-    return MlflowSection(tracking_uri=tracker.uri, run_id=tracker.run_id,
-                         experiment_id=tracker.experiment_id, ui=tracker.ui_link(),
-                         **({"parent_run_id": tracker.parent.run_id}  # type: ignore[typeddict-item]
-                            if tracker.parent else {}))
+    out = MlflowSection(tracking_uri=tracker.uri, run_id=tracker.run_id,
+                        experiment_id=tracker.experiment_id, ui=tracker.ui_link())
+    if tracker.parent:
+        out["parent_run_id"] = tracker.parent.run_id
+    return out
 
 
 def _gate_metrics(rec: DecisionRecord) -> dict[str, float]:
@@ -106,7 +107,7 @@ def log_run(tracker: Tracker, rec: DecisionRecord, sides: dict[str, Measurement]
         {"candidate": rec.candidate, "gates": gate_counts(rec), "run_dir": rec.run_dir},
         move_alias=tracker.parent is None)
     if registry:
-        rec.mlflow["registry"] = registry  # type: ignore[typeddict-item]
+        rec.mlflow["registry"] = registry
 
 
 def tracking_line(tracker: Tracker, run_dir: Path) -> str:

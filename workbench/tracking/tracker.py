@@ -19,11 +19,16 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
+from typing import Concatenate, ParamSpec, TypeVar
 
 from workbench.config.run_config import TrackingConfig, tracking_uri
 from workbench.mechanisms.processes import pid_alive
+from workbench.record.sections import MlflowSection, Registry
 
 __all__ = ["Tracker", "metric_name"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 # A lost server should cost seconds, not MLflow's default of 7 retries with a 120 s timeout
 # each (18 minutes were measured); the user's own settings win.
@@ -40,12 +45,13 @@ def metric_name(name: str) -> str:
     return _NOT_IN_METRIC_NAME.sub("_", name)
 
 
-def _tolerant(method: Callable[..., object]) -> Callable[..., object]:
+def _tolerant(method: Callable[Concatenate[Tracker, P], R]
+              ) -> Callable[Concatenate[Tracker, P], R | None]:
     """Once the server is lost, every later call is skipped and counted; the first failure
     is remembered (Tracker.lost) rather than raised."""
 
     @functools.wraps(method)
-    def call(self: Tracker, *args: object, **kwargs: object) -> object:
+    def call(self: Tracker, *args: P.args, **kwargs: P.kwargs) -> R | None:
         if self.lost is not None:
             self.skipped.append(method.__name__)
             return None
@@ -90,13 +96,13 @@ class Tracker:
             return f"{self.uri.rstrip('/')}/{page}"
         return page
 
-    def status(self) -> dict[str, object]:
+    def status(self) -> MlflowSection:
         """What the record says of MLflow: complete, or what was not logged and why."""
         if self.lost is None:
-            return {"status": "complete"}
-        return {"status": "incomplete", "error": self.lost,
-                "not_logged": sorted(set(self.skipped)),
-                "log_later": "workbench log <run folder>"}
+            return MlflowSection(status="complete")
+        return MlflowSection(status="incomplete", error=self.lost,
+                             not_logged=sorted(set(self.skipped)),
+                             log_later="workbench log <run folder>")
 
     def __enter__(self) -> Tracker:
         for key, value in CLIENT_DEFAULTS.items():
@@ -184,7 +190,7 @@ class Tracker:
         server is lost: the block still runs, its calls are skipped)."""
         child = self._start_child(name, tags)
         try:
-            yield child or ""
+            yield str(child or "")
         finally:
             if child:
                 self._end_child()
@@ -216,7 +222,7 @@ class Tracker:
 
     @_tolerant
     def register_candidate(self, model: str, checkpoint: str, decision: str,
-                           tags: dict[str, str], move_alias: bool = True) -> dict[str, str]:
+                           tags: dict[str, str], move_alias: bool = True) -> Registry:
         """A model version for the candidate, tagged with its decision and its checkpoint;
         a promotion moves the `champion` alias to it, any other outcome sets `challenger`.
 
@@ -234,10 +240,10 @@ class Tracker:
             model, f"runs:/{self.run_id}/candidate", run_id=self.run_id,
             tags={**tags, "decision": decision, "checkpoint": checkpoint})
         if not move_alias:  # a sweep's child: the sweep moves `recommended` itself
-            return {"registered_model": model, "version": str(version.version), "alias": ""}
+            return Registry(registered_model=model, version=str(version.version), alias="")
         alias = "champion" if decision == "promote" else "challenger"
         client.set_registered_model_alias(model, alias, version.version)
-        return {"registered_model": model, "version": str(version.version), "alias": alias}
+        return Registry(registered_model=model, version=str(version.version), alias=alias)
 
     @_tolerant
     def set_alias(self, model: str, alias: str, version: str) -> None:

@@ -102,7 +102,7 @@ def first_divergence(base: list[int], cand: list[int]) -> int:
     return min(len(base), len(cand))
 
 
-def _agreement_figures(pairs: list[tuple[list[int], list[int]]]) -> dict[str, float]:
+def _agreement_figures(pairs: list[tuple[list[int], list[int]]]) -> AgreementFigures:
     firsts = [first_divergence(b, c) for b, c in pairs]
     identical = [b == c for b, c in pairs]
     # the share of each continuation generated before the first difference
@@ -116,7 +116,7 @@ def _agreement_figures(pairs: list[tuple[list[int], list[int]]]) -> dict[str, fl
 
 
 def generation_agreement(base: dict[str, dict], cand: dict[str, dict],
-                         slices_by_id: dict[str, tuple[str, ...]]) -> dict:
+                         slices_by_id: dict[str, tuple[str, ...]]) -> GenerationAgreement:
     """Both models' greedy continuations of the same prompts, item by item: the share of
     items identical to the end, the share of each continuation before the first
     difference, and where the first difference falls; overall and per slice."""
@@ -130,8 +130,10 @@ def generation_agreement(base: dict[str, dict], cand: dict[str, dict],
         for s in slices_by_id.get(i, ()):
             by_slice[s].append(pairs[i])
     tokens = max(max(len(b), len(c)) for b, c in pairs.values())
-    return {**_agreement_figures(list(pairs.values())), "tokens": tokens,
-            "slices": {s: _agreement_figures(v) for s, v in sorted(by_slice.items())}}
+    out: GenerationAgreement = {
+        **_agreement_figures(list(pairs.values())), "tokens": tokens,
+        "slices": {s: _agreement_figures(v) for s, v in sorted(by_slice.items())}}
+    return out
 
 
 def compare_fidelity(suite: str, baseline_file: Path, candidate_file: Path,
