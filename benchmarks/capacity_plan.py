@@ -26,9 +26,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from workbench.config.run_config import DEFAULT_PRICE_PER_HOUR, load_config  # noqa: E402
-from workbench.loadtest.bench import LevelResult, cost_figures  # noqa: E402
 from workbench.loadtest.headroom import PeakSampler, headroom  # noqa: E402
-from workbench.plan.checks import Outputs, plan  # noqa: E402
+from workbench.loadtest.results import LevelResult, cost_figures
+from workbench.plan.plan import Outputs, plan  # noqa: E402
 from workbench.sweep.run import generated_tokens  # noqa: E402
 
 GiB = 2**30

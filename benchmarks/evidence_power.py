@@ -21,7 +21,6 @@ from workbench.config.run_config import load_config
 from workbench.gate.gates import non_inferiority
 from workbench.gate.paired import evidence_strength, paired_delta
 from workbench.suites.definition import load_suite
-from workbench.suites.runner import GENERATING
 
 FLIP_RATES = (0.0, 0.02, 0.05)
 RUNS = 200
@@ -48,7 +47,7 @@ def gates_and_sizes(config: str) -> list[tuple[str, int, float]]:
     rows = [(f"{section}:{g.suite}", sizes[g.suite], g.max_drop)
             for section, g in policy.paired() if g.suite in sizes]
     if policy.health is not None:
-        generating = [n for n, s in suites.items() if s.spec.scoring in GENERATING]
+        generating = [n for n, s in suites.items() if s.generates]
         rows += [(f"health:{n}", sizes[n], policy.health.max_drop) for n in generating]
         if policy.health.pooled_max_drop is not None:
             rows.append(("health:(pooled)", sum(sizes[n] for n in generating),

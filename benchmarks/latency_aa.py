@@ -31,7 +31,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 from workbench.gate.latency import ratio_interval  # noqa: E402
-from workbench.loadtest.bench import per_request_ms  # noqa: E402
+from workbench.loadtest.results import per_request_ms  # noqa: E402
 from workbench.mechanisms.paths import link_shared_cache  # noqa: E402
 
 METRICS = {"ttft_p50_ms": "ttft", "tpot_p50_ms": "tpot", "e2el_p50_ms": "e2el",

@@ -27,7 +27,7 @@ from workbench.pipeline.evaluate import run_evaluate
 from workbench.pipeline.gate import regate_stored
 from workbench.pipeline.log import log_stored_run
 from workbench.pipeline.quantize import run_quantize
-from workbench.plan.checks import Outputs, check_candidates, check_config, check_outputs, plan
+from workbench.plan.plan import Outputs, check_candidates, check_config, check_outputs, plan
 from workbench.record.render import print_decision, render_summary, write_junit, write_record
 from workbench.serve.engine import EngineServer
 from workbench.suites.definition import SUITES_ROOT, load_suite

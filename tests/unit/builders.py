@@ -7,12 +7,12 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from workbench.gate.gates import GateOutcome
-from workbench.loadtest.bench import LevelResult, LoadResult
+from workbench.gate.evidence import GateOutcome
 from workbench.loadtest.headroom import Headroom
+from workbench.loadtest.results import LevelResult, LoadResult
 from workbench.record.decision import DecisionRecord
 from workbench.record.render import write_record
-from workbench.suites.runner import ItemResult, SuiteResult
+from workbench.suites.results import ItemResult, SuiteResult
 
 
 def record(decision: str) -> DecisionRecord:

@@ -5,7 +5,7 @@ import pytest
 
 from workbench.mechanisms.errors import InputError
 from workbench.suites.definition import load_suite
-from workbench.suites.runner import ItemResult, summarise
+from workbench.suites.results import ItemResult, summarise
 from workbench.suites.scorers.choice import expected_calibration_error, softmax
 
 SPEC = """name: mc

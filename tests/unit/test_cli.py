@@ -94,7 +94,7 @@ def _config_with_fake_model(tmp_path: Path, extra_candidates: str = "") -> Path:
 
 def test_candidate_the_cpu_engine_cannot_serve_exits_2_before_any_work(
         tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.setattr("workbench.plan.checks.detect_device", lambda: "cpu")
+    monkeypatch.setattr("workbench.plan.plan.detect_device", lambda: "cpu")
     cfg = _config_with_fake_model(tmp_path)
     result = run("evaluate", "--config", str(cfg), "--candidate", "int8-wo",
                  "--runs-dir", str(tmp_path / "runs"))
@@ -182,7 +182,7 @@ def test_sweep_needs_candidates_and_refuses_an_unknown_one_before_any_work(
 def test_sweep_sets_aside_what_this_device_cannot_serve_or_serves_only_by_emulation(
         tmp_path: Path) -> None:
     from workbench.config.run_config import load_config
-    from workbench.plan.checks import Outputs
+    from workbench.plan.plan import Outputs
     from workbench.sweep.run import choose
 
     cfg = load_config(DEFAULT)

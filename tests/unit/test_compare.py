@@ -3,16 +3,11 @@ import pytest
 from builders import suite_result
 
 from workbench.config.gate_policy import GatePolicy, LatencyGate, QualityGate
-from workbench.gate.gates import (
-    Evidence,
-    GateOutcome,
-    decide,
-    evaluate_gates,
-    non_inferiority,
-)
+from workbench.gate.evidence import Evidence, GateOutcome
+from workbench.gate.gates import decide, evaluate_gates, non_inferiority
 from workbench.gate.paired import paired_delta
-from workbench.loadtest.bench import LevelResult, LoadResult
-from workbench.suites.runner import ItemResult, SuiteResult
+from workbench.loadtest.results import LevelResult, LoadResult
+from workbench.suites.results import ItemResult, SuiteResult
 
 
 def test_paired_delta_counts_flips_and_brackets_the_mean() -> None:

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from workbench.suites.definition import load_suite
-from workbench.suites.runner import ItemResult, summarise
+from workbench.suites.results import ItemResult, summarise
 from workbench.suites.scorers.fidelity import compare_fidelity, position_kl
 
 

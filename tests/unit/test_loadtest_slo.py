@@ -1,7 +1,7 @@
 import pytest
 
 from workbench.config.run_config import SLO
-from workbench.loadtest.bench import LevelResult, LoadResult, cost_figures, slo_figures
+from workbench.loadtest.results import LevelResult, LoadResult, cost_figures, slo_figures
 
 
 def raw(ttfts, latencies, outs, errors, p99_ttft_ms, p99_tpot_ms, duration=10.0) -> dict:
@@ -42,7 +42,7 @@ def test_cost_per_million_tokens_and_per_good_request() -> None:
 
 
 def test_requests_past_the_duration_bound_are_in_no_figure() -> None:
-    from workbench.loadtest.bench import SKIPPED
+    from workbench.loadtest.results import SKIPPED
 
     data = raw([0.1, 0.1, 0.0], [1.1, 1.1, 0.0], [11, 11, 0], ["", "", SKIPPED], 100, 100)
     figures = slo_figures(data, SLO(ttft_p99_ms=200, tpot_p99_ms=100))
@@ -52,7 +52,7 @@ def test_requests_past_the_duration_bound_are_in_no_figure() -> None:
 def test_client_and_server_means_are_compared_within_the_stated_tolerance() -> None:
     import dataclasses
 
-    from workbench.loadtest.bench import agreement
+    from workbench.loadtest.results import agreement
 
     lv = level(1, {})
     lv = dataclasses.replace(lv, ttft_ms={**lv.ttft_ms, "mean": 112.0},

@@ -3,7 +3,7 @@ from pathlib import Path
 
 from builders import record
 
-from workbench.gate.gates import GateOutcome
+from workbench.gate.evidence import GateOutcome
 from workbench.record.render import write_record
 
 

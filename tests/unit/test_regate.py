@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from workbench.cli import main
 from workbench.gate.paired import paired_delta
-from workbench.loadtest.bench import LoadResult
+from workbench.loadtest.results import LoadResult
 from workbench.measure.measurement import MEASUREMENT_FILE, Measurement
 from workbench.record.render import write_record
 from workbench.serve.engine import ServerInfo

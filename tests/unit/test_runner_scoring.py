@@ -7,7 +7,8 @@ import pytest
 from builders import SAFETY, STRUCTURED, make_suite
 
 from workbench.suites.definition import load_suite
-from workbench.suites.runner import ItemResult, _health_checks, _score_chat, summarise
+from workbench.suites.results import ItemResult, summarise
+from workbench.suites.runner import _health_checks, _score_chat
 from workbench.suites.scorers.generation_health import generation_health
 
 

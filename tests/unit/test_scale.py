@@ -13,7 +13,8 @@ from click.testing import CliRunner
 from workbench.cli import main
 from workbench.config.gate_policy import GatePolicy, MemoryGate
 from workbench.config.run_config import EndpointConfig, EngineConfig, is_repo_id, load_config
-from workbench.gate.gates import Evidence, evaluate_gates
+from workbench.gate.evidence import Evidence
+from workbench.gate.gates import evaluate_gates
 from workbench.measure.measurement import library_credentials
 from workbench.mechanisms.errors import InputError
 from workbench.mechanisms.hub import resolve_hub_model

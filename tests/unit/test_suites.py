@@ -6,7 +6,7 @@ from builders import SAFETY, SPEC, STRUCTURED, make_suite
 
 from workbench.mechanisms.errors import InputError
 from workbench.suites.definition import load_suite
-from workbench.suites.runner import score_response
+from workbench.suites.results import score_response
 
 
 def test_valid_suite_renders_prompts_and_keeps_slices(tmp_path: Path) -> None:

@@ -16,15 +16,12 @@ from workbench.config.gate_policy import (
     LatencyGate,
     QualityGate,
 )
-from workbench.gate.gates import (
-    Evidence,
-    decide,
-    evaluate_gates,
-)
+from workbench.gate.evidence import Evidence
+from workbench.gate.gates import decide, evaluate_gates
 from workbench.gate.latency import session_ratio_interval
 from workbench.gate.paired import constant_answers, evidence_strength, paired_delta
-from workbench.loadtest.bench import LevelResult, LoadResult
-from workbench.suites.runner import ItemResult, SuiteResult
+from workbench.loadtest.results import LevelResult, LoadResult
+from workbench.suites.results import ItemResult, SuiteResult
 from workbench.suites.scorers.fidelity import first_divergence, generation_agreement
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, model_validator
 
-from workbench.config.run_config import format_validation_error, read_yaml
 from workbench.mechanisms.errors import InputError
+from workbench.mechanisms.yaml_io import StrictModel, format_validation_error, read_yaml
 
 __all__ = ["LATENCY_METRICS", "MEMORY_METRICS", "FidelityGate", "GatePolicy", "HealthGate",
            "LatencyGate", "MemoryGate", "QualityGate", "SLOGate", "load_gate_policy"]
@@ -32,11 +32,7 @@ MEMORY_METRICS = ("kv_cache_tokens", "max_concurrent_sequences", "weights_bytes"
                   "peak_engine_rss_bytes", "peak_gpu_memory_bytes")
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class QualityGate(_Strict):
+class QualityGate(StrictModel):
     """Non-inferiority of the candidate on a suite, overall and per slice: the paired
     interval of (candidate - baseline) must lie above -max_drop."""
 
@@ -55,7 +51,7 @@ class QualityGate(_Strict):
         default=None, ge=0, le=1, description="The candidate's own mean, at least (a floor)")
 
 
-class HealthGate(_Strict):
+class HealthGate(StrictModel):
     """Generation health (evaluate/health.py) is non-inferior to the baseline's: on each
     suite that generates text, and over all their items pooled."""
 
@@ -70,7 +66,7 @@ class HealthGate(_Strict):
                                      "every suite of the run that generates text)")
 
 
-class FidelityGate(_Strict):
+class FidelityGate(StrictModel):
     """How closely the candidate follows the baseline: token-level KL and top-1 agreement
     on a fidelity suite, agreement of greedy continuations on it, or the share of items
     whose correctness flipped on any suite."""
@@ -97,7 +93,7 @@ class FidelityGate(_Strict):
         return self
 
 
-class SLOGate(_Strict):
+class SLOGate(StrictModel):
     """The candidate holds the load profile's SLO (p99 TTFT and TPOT, no error) at a level,
     and serves enough of its requests within it."""
 
@@ -106,7 +102,7 @@ class SLOGate(_Strict):
     devices: list[Literal["cpu", "cuda"]] = Field(default=["cpu", "cuda"])
 
 
-class LatencyGate(_Strict):
+class LatencyGate(StrictModel):
     """A candidate/baseline ratio of one load-test figure, at every load level."""
 
     metric: Literal[tuple(LATENCY_METRICS)]  # type: ignore[valid-type]
@@ -124,7 +120,7 @@ class LatencyGate(_Strict):
         return self
 
 
-class MemoryGate(_Strict):
+class MemoryGate(StrictModel):
     """A candidate/baseline ratio of one memory-headroom figure: e.g. at least as many
     KV-cache tokens (min_ratio 1.0), or weights at most half the size (max_ratio 0.5)."""
 
@@ -147,7 +143,7 @@ Objective = Literal["cost", "throughput", "weights", "kv_capacity"]
 QualityMeasure = Literal["worst_lower_bound", "top1_agreement"]
 
 
-class SweepPolicy(_Strict):
+class SweepPolicy(StrictModel):
     """How `workbench sweep` ranks candidates that passed: quality retained (the worst
     lower bound of a gated suite's paired delta) against one efficiency objective."""
 
@@ -162,7 +158,7 @@ class SweepPolicy(_Strict):
         "no paired suite)")
 
 
-class GatePolicy(_Strict):
+class GatePolicy(StrictModel):
     confidence: float = Field(default=0.95, gt=0.5, lt=1)
     bootstrap_resamples: int = Field(default=10000, ge=1000)
     inconclusive_blocks: bool = Field(default=True, description="An inconclusive gate makes "

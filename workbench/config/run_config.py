@@ -11,20 +11,31 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
     ValidationError,
     field_validator,
     model_validator,
 )
 
+from workbench.config.load import (  # re-exported: the run config names them
+    BUILTIN_PROFILES,
+    DEFAULT_PRICE_PER_HOUR,
+    SLO,
+    LengthDist,
+    LoadConfig,
+    LoadProfile,
+)
 from workbench.mechanisms.errors import InputError
-from workbench.mechanisms.files import name_problem, read_text
 from workbench.mechanisms.hub import resolve_hub_model
 from workbench.mechanisms.paths import SHIPPED, default_model_dir
+from workbench.mechanisms.yaml_io import (
+    StrictModel,
+    a_name,
+    format_validation_error,
+    named_keys,
+    read_yaml,
+)
 
 __all__ = [
     "BUILTIN_PROFILES",
@@ -60,27 +71,9 @@ KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2")
 DEFAULT_GROUP_SIZE = 128
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-def _a_name(value: str) -> str:
-    problem = name_problem(value)
-    if problem:
-        raise ValueError(problem)
-    return value
-
-
-def _named_keys(mapping: dict[str, Any]) -> dict[str, Any]:
-    """A mapping whose keys become folder and file names (docs/reliability.md)."""
-    for key in mapping:
-        _a_name(key)
-    return mapping
-
-
-class ModelConfig(_Strict):
+class ModelConfig(StrictModel):
     name: str = Field(description="Name served to clients and shown in records")
-    _name = field_validator("name")(classmethod(lambda cls, v: _a_name(v)))
+    _name = field_validator("name")(classmethod(lambda cls, v: a_name(v)))
     path: str = Field(
         default="default",
         description="A local Hugging Face folder, 'default' for the embedded SmolLM2-135M, "
@@ -119,7 +112,7 @@ def is_repo_id(text: str) -> bool:
     return bool(_REPO_ID.match(text)) and ".." not in text and not text.endswith((".", "-"))
 
 
-class Candidate(_Strict):
+class Candidate(StrictModel):
     """A named candidate: a built-in recipe, an llm-compressor recipe file, or a ready
     checkpoint folder; plus how the engine serves it."""
 
@@ -177,7 +170,7 @@ class Candidate(_Strict):
         return kv + list(self.engine_args)
 
 
-class CalibrationConfig(_Strict):
+class CalibrationConfig(StrictModel):
     files: list[str] = Field(min_length=1, description="JSONL files with a 'text' field")
     num_samples: int = Field(default=128, gt=0)
     seq_len: int = Field(default=256, ge=16)
@@ -189,7 +182,7 @@ class CalibrationConfig(_Strict):
         default=16, ge=0, description="Held-out passages for that check (0 skips it)")
 
 
-class EngineConfig(_Strict):
+class EngineConfig(StrictModel):
     max_model_len: int = Field(default=2048, ge=64)
     tensor_parallel_size: int = Field(default=1, ge=1, description="Devices one model layer is "
                                       "split across (vLLM --tensor-parallel-size)")
@@ -237,7 +230,7 @@ class EngineConfig(_Strict):
         return args
 
 
-class EndpointConfig(_Strict):
+class EndpointConfig(StrictModel):
     """A model already served behind an OpenAI-compatible vLLM endpoint: measured where it
     runs, neither quantised nor started by the workbench (docs/scale.md)."""
 
@@ -270,7 +263,7 @@ class EndpointConfig(_Strict):
         return v
 
 
-class EndpointsConfig(_Strict):
+class EndpointsConfig(StrictModel):
     baseline: EndpointConfig | None = None
     candidate: EndpointConfig | None = None
 
@@ -282,210 +275,7 @@ class EndpointsConfig(_Strict):
         return ep.devices if ep is not None else 1
 
 
-class SLO(_Strict):
-    """The latency a request must meet to count as served well (goodput, attainment)."""
-
-    ttft_p99_ms: float = Field(gt=0, description="Time to first token, at the 99th percentile")
-    tpot_p99_ms: float = Field(gt=0, description="Time per output token, at the 99th percentile")
-
-
-# Illustrative on-demand prices (USD per device-hour) for the cost figures, not quotes: set
-# load.price_per_hour to what your fleet pays.
-DEFAULT_PRICE_PER_HOUR = {"cpu": 0.10, "cuda": 4.00}
-
-
-class LengthDist(_Strict):
-    """Token counts drawn per request: fixed, uniform in [min, max], or lognormal around a
-    median (clipped to [min, max]). A plain integer in the YAML means fixed."""
-
-    distribution: Literal["fixed", "uniform", "lognormal"]
-    value: int | None = Field(default=None, gt=0, description="fixed: every request")
-    min: int = Field(default=1, gt=0)
-    max: int | None = Field(default=None, gt=0, description="uniform, lognormal: upper bound")
-    median: int | None = Field(default=None, gt=0, description="lognormal: the median")
-    sigma: float | None = Field(default=None, gt=0, le=3,
-                                description="lognormal: standard deviation of the log")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _from_int(cls, data: Any) -> Any:
-        return {"distribution": "fixed", "value": data} if isinstance(data, int) else data
-
-    @model_validator(mode="after")
-    def _complete(self) -> LengthDist:
-        needs = {"fixed": ("value",), "uniform": ("max",), "lognormal": ("median", "sigma",
-                                                                          "max")}
-        missing = [k for k in needs[self.distribution] if getattr(self, k) is None]
-        if missing:
-            raise ValueError(f"a {self.distribution} distribution needs "
-                             f"{', '.join(missing)}")
-        if self.max is not None and self.max < self.min:
-            raise ValueError(f"max ({self.max}) is below min ({self.min})")
-        if self.median is not None and not self.min <= self.median <= (self.max or 0):
-            raise ValueError(f"median ({self.median}) must lie in [min, max]")
-        return self
-
-    @property
-    def lower(self) -> int:
-        return self.value if self.distribution == "fixed" and self.value else self.min
-
-    @property
-    def upper(self) -> int:
-        return self.value if self.distribution == "fixed" and self.value else (self.max or 0)
-
-
-class LoadProfile(_Strict):
-    """One named workload: request shapes, how they arrive, the levels swept, the SLO."""
-
-    # the levels: exactly one of these three modes
-    concurrency: list[int] | None = Field(
-        default=None, min_length=1, description="Closed loop: requests in flight per level")
-    request_rate: list[float] | None = Field(
-        default=None, min_length=1, description="Open loop: arrivals per second per level")
-    trace: str | None = Field(
-        default=None, description="Replay a JSONL trace (docs/load.md): arrival offsets, "
-                                  "prompt and output tokens per request")
-    replay_speed: list[float] = Field(
-        default=[1.0], min_length=1, description="trace: one level per time compression")
-    burstiness: float = Field(default=1.0, gt=0, description="request_rate: gamma shape of "
-                                                              "the gaps; 1 = Poisson, <1 bursty")
-    max_concurrency: int | None = Field(
-        default=None, gt=0, description="request_rate / trace: cap on requests in flight")
-    # the requests
-    prompt_tokens: LengthDist = Field(default=LengthDist(distribution="fixed", value=128))
-    output_tokens: LengthDist = Field(default=LengthDist(distribution="fixed", value=64))
-    shared_prefix_tokens: int = Field(
-        default=0, ge=0, description="A prefix every prompt shares (a system prompt): "
-                                     "prefix-cache effects")
-    # the bounds
-    num_prompts: int | None = Field(default=None, gt=0, description="Requests per level "
-                                    "(default 16; a trace: all of its requests)")
-    max_duration_s: float | None = Field(
-        default=None, gt=0, description="Stop sending new requests after this long per level")
-    warmup_prompts: int = Field(default=2, ge=0, description="Sent before the first level; "
-                                                              "in no figure")
-    seed: int = 0
-    slo: SLO | None = Field(default=None, description="Per-request latency targets: goodput, "
-                                                       "SLO attainment, max stable level")
-    price_per_hour: float | None = Field(
-        default=None, gt=0, description="Device price (USD/hour) for cost per million output "
-                                        "tokens; default per device kind, illustrative")
-
-    @field_validator("concurrency", "request_rate", "replay_speed")
-    @classmethod
-    def _positive_levels(cls, v: list | None) -> list | None:
-        if v is not None and any(x <= 0 for x in v):
-            raise ValueError(f"levels must be positive, got {v}")
-        return sorted(set(v)) if v is not None else None
-
-    @model_validator(mode="after")
-    def _one_mode(self) -> LoadProfile:
-        given = [k for k in ("concurrency", "request_rate", "trace") if getattr(self, k)]
-        if len(given) != 1:
-            raise ValueError("give exactly one of concurrency (a sweep), request_rate "
-                             "(arrivals per second) or trace (a replay file); got "
-                             f"{given or 'none'}")
-        if self.shared_prefix_tokens and self.shared_prefix_tokens >= self.prompt_tokens.lower:
-            raise ValueError(f"shared_prefix_tokens ({self.shared_prefix_tokens}) must be "
-                             f"below the shortest prompt ({self.prompt_tokens.lower})")
-        return self
-
-    @property
-    def mode(self) -> Literal["concurrency", "rate", "trace"]:
-        return "concurrency" if self.concurrency else "rate" if self.request_rate else "trace"
-
-    @property
-    def levels(self) -> list[float]:
-        return list(self.concurrency or self.request_rate or self.replay_speed)
-
-    @property
-    def requests_per_level(self) -> int | None:
-        """None: every request of the trace."""
-        return self.num_prompts or (None if self.trace else 16)
-
-
-# Built-in workloads, sized for one data-centre GPU serving a model of a few billion
-# parameters; a config overrides any field (configs/default.yaml shrinks them for the CPU).
-# Their SLOs are starting points for a chat product and an offline batch job, not standards.
-BUILTIN_PROFILES: dict[str, dict[str, Any]] = {
-    "interactive": {
-        "concurrency": [1, 4, 16, 64], "num_prompts": 256, "max_duration_s": 180,
-        "prompt_tokens": {"distribution": "lognormal", "median": 512, "sigma": 0.8,
-                          "min": 160, "max": 3072},
-        "output_tokens": {"distribution": "lognormal", "median": 160, "sigma": 0.6,
-                          "min": 16, "max": 1024},
-        "shared_prefix_tokens": 128, "warmup_prompts": 8,
-        "slo": {"ttft_p99_ms": 800, "tpot_p99_ms": 60},
-    },
-    "batch": {
-        "request_rate": [2, 8, 32], "burstiness": 0.5, "num_prompts": 512,
-        "max_duration_s": 300,
-        "prompt_tokens": {"distribution": "uniform", "min": 256, "max": 2048},
-        "output_tokens": {"distribution": "uniform", "min": 64, "max": 1024},
-        "warmup_prompts": 8,
-        "slo": {"ttft_p99_ms": 10000, "tpot_p99_ms": 250},
-    },
-}
-
-
-class LoadConfig(_Strict):
-    """The named workloads of a config and the one a run measures."""
-
-    profile: str = Field(default="interactive", description="The profile this run measures "
-                                                             "(`--load-profile` overrides)")
-    profiles: dict[str, LoadProfile] = Field(
-        default_factory=dict, description="Named workloads; `interactive` and `batch` are "
-                                          "built in, and an entry of that name overrides "
-                                          "their fields")
-    rounds: int = Field(
-        default=2, ge=1, le=10, description="Engine sessions per model for the load test, "
-                                            "interleaved baseline, candidate, baseline, ...: "
-                                            "latency intervals then include the variance "
-                                            "between sessions (docs/gates.md)")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _merge_builtins(cls, data: Any) -> Any:
-        if not isinstance(data, dict):
-            return data
-        given = data.get("profiles") or {}
-        if not isinstance(given, dict):
-            return data
-        merged = {name: dict(fields) for name, fields in BUILTIN_PROFILES.items()}
-        for name, fields in given.items():
-            if name in merged and isinstance(fields, dict):
-                base = merged[name]
-                # naming one mode replaces the built-in's mode
-                if {"concurrency", "request_rate", "trace"} & fields.keys():
-                    for mode_key in ("concurrency", "request_rate", "trace"):
-                        base.pop(mode_key, None)
-                merged[name] = {**base, **fields}
-            else:
-                merged[name] = fields
-        return {**data, "profiles": merged}
-
-    _profile_names = field_validator("profiles")(classmethod(lambda cls, v: _named_keys(v)))
-
-    @model_validator(mode="after")
-    def _known_profile(self) -> LoadConfig:
-        if self.profile not in self.profiles:
-            raise ValueError(f"unknown load profile {self.profile!r}; known: "
-                             f"{', '.join(sorted(self.profiles))}")
-        return self
-
-    @property
-    def selected(self) -> LoadProfile:
-        return self.profiles[self.profile]
-
-    def declared(self) -> list[str]:
-        """The selected profile and every one the config itself sets: a built-in the config
-        leaves untouched is sized for a GPU and is not this config's to fit."""
-        untouched = {name for name, fields in BUILTIN_PROFILES.items()
-                     if self.profiles.get(name) == LoadProfile.model_validate(fields)}
-        return sorted({self.profile} | (set(self.profiles) - untouched))
-
-
-class TrackingConfig(_Strict):
+class TrackingConfig(StrictModel):
     uri: str | None = Field(
         default=None, description="MLflow tracking URI; default sqlite:///<cwd>/mlflow.db"
     )
@@ -494,7 +284,7 @@ class TrackingConfig(_Strict):
         default=True, description="A tracking server that does not answer is an input error "
                                   "(exit 2, before anything runs); false: run and record "
                                   "locally without MLflow, saying so")
-    _experiment = field_validator("experiment")(classmethod(lambda cls, v: _a_name(v)))
+    _experiment = field_validator("experiment")(classmethod(lambda cls, v: a_name(v)))
 
 
 def tracking_uri(cfg: TrackingConfig) -> str:
@@ -504,7 +294,7 @@ def tracking_uri(cfg: TrackingConfig) -> str:
         f"sqlite:///{Path.cwd().resolve() / 'mlflow.db'}"
 
 
-class RunConfig(_Strict):
+class RunConfig(StrictModel):
     model: ModelConfig
     candidates: dict[str, Candidate] = Field(min_length=1)
     calibration: CalibrationConfig
@@ -520,7 +310,7 @@ class RunConfig(_Strict):
     # Set by load_config, not by the user.
     source: Path = Field(default=Path("."), exclude=True)
 
-    _candidate_names = field_validator("candidates")(classmethod(lambda cls, v: _named_keys(v)))
+    _candidate_names = field_validator("candidates")(classmethod(lambda cls, v: named_keys(v)))
 
     @property
     def base_dir(self) -> Path:
@@ -593,89 +383,6 @@ class RunConfig(_Strict):
         shipped = (SHIPPED / p).resolve()
         # Not found anywhere: the path next to the config is the one an error should name.
         return shipped if not near.exists() and shipped.exists() else near
-
-
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """PyYAML's safe loader, except that a key given twice in one mapping is an error: by
-    default the last one silently wins, so a config would not mean what it reads as."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
-        seen: dict[Any, int] = {}
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=True)
-            line = key_node.start_mark.line + 1
-            if isinstance(key, (str, int, float, bool)) and key in seen:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"duplicate key {key!r} (lines {seen[key]} and {line})",
-                    key_node.start_mark)
-            if isinstance(key, (str, int, float, bool)):
-                seen[key] = line
-        return super().construct_mapping(node, deep)
-
-
-def read_yaml(path: Path) -> Any:
-    """Parse a YAML file strictly (UTF-8, no duplicate keys), turning every problem into an
-    InputError naming the file (and line)."""
-    text = read_text(path)
-    try:
-        return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f":{mark.line + 1}" if mark is not None else ""
-        raise InputError(f"{path}{where}: not valid YAML ({getattr(err, 'problem', err)})") from err
-
-
-def _model_in(annotation: Any) -> type[BaseModel] | None:
-    """The pydantic model inside an annotation like X, X | None, list[X] or dict[str, X]."""
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    for arg in getattr(annotation, "__args__", ()):
-        found = _model_in(arg)
-        if found is not None:
-            return found
-    return None
-
-
-def _allowed_keys(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
-    """The field names allowed at the parent of ``loc``, for 'unknown key' messages."""
-    current: type[BaseModel] | None = model
-    for part in loc[:-1]:
-        if current is None:
-            return []
-        field = current.model_fields.get(str(part))
-        if field is None:
-            continue  # a dict key or list index inside a container field
-        current = _model_in(field.annotation)
-    if current is None:
-        return []
-    return [n for n, f in current.model_fields.items() if not f.exclude]
-
-
-def format_validation_error(
-    path: Path, err: ValidationError, model: type[BaseModel]
-) -> list[str]:
-    """One line per problem: file, dotted key, what is wrong and what is allowed."""
-    lines = []
-    for e in err.errors():
-        key = ".".join(str(p) for p in e["loc"])
-        where = f"{path}: {key}:" if key else f"{path}:"  # a cross-field error names its fields
-        if e["type"] == "extra_forbidden":
-            allowed = ", ".join(_allowed_keys(model, e["loc"]))
-            lines.append(f"{where} unknown key (allowed here: {allowed})")
-        elif e["type"] == "missing":
-            lines.append(f"{where} required key is missing")
-        else:
-            msg = e["msg"].removeprefix("Value error, ")
-            lines.append(f"{where} {msg}{_shown_input(e.get('input'))}")
-    return lines
-
-
-def _shown_input(value: Any) -> str:
-    """' (got ...)' for a value short enough to read on one line; never a whole section."""
-    if isinstance(value, (dict, list)):
-        return ""
-    text = repr(value)
-    return f" (got {text})" if len(text) <= 80 else f" (got {text[:77]}...)"
 
 
 def load_config(path: Path | str) -> RunConfig:

@@ -8,29 +8,23 @@ A gate whose metric is missing fails: the policy fails closed.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
+from dataclasses import asdict, dataclass, replace
 from typing import Literal
 
 import numpy as np
-from scipy import stats
 
 from workbench.config.gate_policy import (
     FidelityGate,
     GatePolicy,
     HealthGate,
-    LatencyGate,
     MemoryGate,
     QualityGate,
     SLOGate,
 )
+from workbench.gate.evidence import Evidence, GateOutcome
 from workbench.gate.latency import (
-    latency_judgement,
-    level_value,
+    latency_outcomes,
     ratio,
-    round_values,
-    session_ratio_interval,
-    within_session_interval,
 )
 from workbench.gate.paired import (
     Comparisons,
@@ -41,21 +35,9 @@ from workbench.gate.paired import (
     holm_adjust,
     paired_scores,
 )
-from workbench.loadtest.bench import LoadResult
-from workbench.suites.runner import SuiteResult
+from workbench.suites.results import SuiteResult
 
-__all__ = ["Evidence", "GateOutcome", "decide", "evaluate_gates", "non_inferiority"]
-
-
-
-@dataclass(frozen=True)
-class GateOutcome:
-    gate: str
-    status: Status
-    detail: str
-    threshold: float | None = None
-    value: float | None = None
-    evidence: dict = field(default_factory=dict)
+__all__ = ["decide", "evaluate_gates", "non_inferiority"]
 
 
 def non_inferiority(delta: PairedDelta, margin: float) -> Status:
@@ -234,73 +216,6 @@ def _memory_outcome(gate: MemoryGate, ev: Evidence) -> GateOutcome:
                        limit, value, {"baseline": bv, "candidate": cv})
 
 
-def _latency_outcomes(gate: LatencyGate, ev: Evidence, policy: GatePolicy, seed: int
-                      ) -> list[GateOutcome]:
-    bound = "max" if gate.max_ratio is not None else "min"
-    limit = float(gate.max_ratio if gate.max_ratio is not None else gate.min_ratio or 0)
-    name = f"latency:{gate.metric}:{bound}_ratio"
-    base, cand = ev.base_load, ev.cand_load
-    if ev.device not in gate.devices:
-        return [GateOutcome(name, "not_applicable", f"judges {', '.join(gate.devices)} "
-                            f"measurements; this run is {ev.device}")]
-    if base is None or cand is None or not base.levels:
-        return [GateOutcome(name, "fail", "load-test results missing (fail closed)")]
-    outcomes = []
-    for blevel in base.levels:
-        label = f"{name}@{blevel.key}"
-        clevel = cand.level(blevel.key)
-        if clevel is None:
-            outcomes.append(GateOutcome(label, "fail", "candidate level missing (fail closed)"))
-            continue
-        bv, cv = level_value(blevel, gate.metric), level_value(clevel, gate.metric)
-        value = ratio(bv, cv)
-        rounds = round_values(base, blevel.key, gate.metric), \
-            round_values(cand, blevel.key, gate.metric)
-        between = session_ratio_interval(*rounds, policy.confidence) \
-            if min(len(rounds[0]), len(rounds[1])) > 1 else None
-        interval: tuple[float, float] | None
-        if between is not None:
-            value, interval = between
-            bv, cv = (float(stats.gmean(r)) for r in rounds)  # what the ratio compares
-            shown = (f" [{interval[0]:.3f}, {interval[1]:.3f}] over {len(rounds[0])} + "
-                     f"{len(rounds[1])} engine sessions (between-session t interval)")
-        else:
-            interval = within_session_interval(gate.metric, ev.raw_dirs, blevel, clevel,
-                                               policy.confidence, policy.bootstrap_resamples,
-                                               seed)
-            shown = (f" [{interval[0]:.3f}, {interval[1]:.3f}] within one session each: "
-                     "the variance between sessions is not in it" if interval else
-                     " (point: no interval from this few requests)")
-        status = latency_judgement(value, interval, limit, bound)
-        detail = (f"{gate.metric} {bv:.2f} -> {cv:.2f}, ratio {value:.3f}{shown} "
-                  f"({bound} {limit})")
-        outcomes.append(GateOutcome(label, status, detail, limit, value, {
-            "baseline": bv, "candidate": cv,
-            "ratio_interval": list(interval) if interval else None,
-            "baseline_rounds": rounds[0], "candidate_rounds": rounds[1]}))
-    return outcomes
-
-
-@dataclass(frozen=True)
-class Evidence:
-    """Everything the gates judge, for one candidate against its baseline."""
-
-    base_suites: dict[str, SuiteResult]
-    cand_suites: dict[str, SuiteResult]
-    base_load: LoadResult | None
-    cand_load: LoadResult | None
-    device: str
-    base_headroom: dict = field(default_factory=dict)
-    cand_headroom: dict = field(default_factory=dict)
-    fidelity: dict = field(default_factory=dict)  # suite -> FidelityResult dict
-    # where each model's per-request load data lies (its load/ folder): intervals for
-    # latency ratios; None: judge the point ratios
-    raw_dirs: tuple[Path, Path] | None = None
-    # role -> figures its endpoint could not give (serve.ENDPOINT_UNMEASURED); empty when
-    # both models were served here
-    unmeasured: dict[str, list[str]] = field(default_factory=dict)
-
-
 def _fidelity_outcomes(gate: FidelityGate, ev: Evidence) -> list[GateOutcome]:
     name = f"fidelity:{gate.suite}"
     out = []
@@ -385,7 +300,7 @@ def evaluate_gates(policy: GatePolicy, ev: Evidence, seed: int,
     for fid in policy.fidelity:
         outcomes += _fidelity_outcomes(fid, ev)
     for lat in policy.latency:
-        outcomes += _latency_outcomes(lat, ev, policy, seed)
+        outcomes += latency_outcomes(lat, ev, policy, seed)
     for slo in policy.slo:
         outcomes.append(_slo_outcome(slo, ev))
     for mem in policy.memory:

@@ -16,11 +16,12 @@ from typing import Literal
 import numpy as np
 from scipy import stats
 
-from workbench.config.gate_policy import LATENCY_METRICS
-from workbench.loadtest.bench import LevelResult, LoadResult, per_request_ms
+from workbench.config.gate_policy import LATENCY_METRICS, GatePolicy, LatencyGate
+from workbench.gate.evidence import Evidence, GateOutcome
+from workbench.loadtest.results import LevelResult, LoadResult, per_request_ms
 
-__all__ = ["MIN_TAIL", "latency_judgement", "level_value", "ratio", "ratio_interval",
-           "round_values", "session_ratio_interval", "within_session_interval"]
+__all__ = ["MIN_TAIL", "Judgement", "latency_judgement", "latency_outcomes", "level_value", "ratio",
+           "ratio_interval", "round_values", "session_ratio_interval", "within_session_interval"]
 
 Judgement = Literal["pass", "fail", "inconclusive"]
 
@@ -116,3 +117,50 @@ def within_session_interval(metric: str, raw_dirs: tuple[Path, Path] | None,
     if min(len(b), len(c)) * (100 - q) / 100 < MIN_TAIL or not (b > 0).all():
         return None
     return ratio_interval(b, c, q, confidence, resamples, seed)
+
+
+def latency_outcomes(gate: LatencyGate, ev: Evidence, policy: GatePolicy, seed: int
+                      ) -> list[GateOutcome]:
+    bound = "max" if gate.max_ratio is not None else "min"
+    limit = float(gate.max_ratio if gate.max_ratio is not None else gate.min_ratio or 0)
+    name = f"latency:{gate.metric}:{bound}_ratio"
+    base, cand = ev.base_load, ev.cand_load
+    if ev.device not in gate.devices:
+        return [GateOutcome(name, "not_applicable", f"judges {', '.join(gate.devices)} "
+                            f"measurements; this run is {ev.device}")]
+    if base is None or cand is None or not base.levels:
+        return [GateOutcome(name, "fail", "load-test results missing (fail closed)")]
+    outcomes = []
+    for blevel in base.levels:
+        label = f"{name}@{blevel.key}"
+        clevel = cand.level(blevel.key)
+        if clevel is None:
+            outcomes.append(GateOutcome(label, "fail", "candidate level missing (fail closed)"))
+            continue
+        bv, cv = level_value(blevel, gate.metric), level_value(clevel, gate.metric)
+        value = ratio(bv, cv)
+        rounds = round_values(base, blevel.key, gate.metric), \
+            round_values(cand, blevel.key, gate.metric)
+        between = session_ratio_interval(*rounds, policy.confidence) \
+            if min(len(rounds[0]), len(rounds[1])) > 1 else None
+        interval: tuple[float, float] | None
+        if between is not None:
+            value, interval = between
+            bv, cv = (float(stats.gmean(r)) for r in rounds)  # what the ratio compares
+            shown = (f" [{interval[0]:.3f}, {interval[1]:.3f}] over {len(rounds[0])} + "
+                     f"{len(rounds[1])} engine sessions (between-session t interval)")
+        else:
+            interval = within_session_interval(gate.metric, ev.raw_dirs, blevel, clevel,
+                                               policy.confidence, policy.bootstrap_resamples,
+                                               seed)
+            shown = (f" [{interval[0]:.3f}, {interval[1]:.3f}] within one session each: "
+                     "the variance between sessions is not in it" if interval else
+                     " (point: no interval from this few requests)")
+        status = latency_judgement(value, interval, limit, bound)
+        detail = (f"{gate.metric} {bv:.2f} -> {cv:.2f}, ratio {value:.3f}{shown} "
+                  f"({bound} {limit})")
+        outcomes.append(GateOutcome(label, status, detail, limit, value, {
+            "baseline": bv, "candidate": cv,
+            "ratio_interval": list(interval) if interval else None,
+            "baseline_rounds": rounds[0], "candidate_rounds": rounds[1]}))
+    return outcomes

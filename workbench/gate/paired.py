@@ -13,7 +13,7 @@ import numpy as np
 from scipy import stats
 from typing_extensions import TypedDict
 
-from workbench.suites.runner import ItemResult, SuiteResult
+from workbench.suites.results import ItemResult, SuiteResult
 
 __all__ = ["ALL", "POWER", "Comparisons", "Paired", "PairedDelta", "SliceComparison", "Status",
            "constant_answers", "count_flips", "evidence_strength", "holm_adjust", "paired_delta",

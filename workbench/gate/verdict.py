@@ -15,7 +15,8 @@ from typing import Literal
 from typing_extensions import TypedDict
 
 from workbench.config.gate_policy import GatePolicy
-from workbench.gate.gates import Evidence, GateOutcome, decide, evaluate_gates
+from workbench.gate.evidence import Evidence, GateOutcome
+from workbench.gate.gates import decide, evaluate_gates
 from workbench.gate.paired import ALL, Comparisons, SliceComparison
 from workbench.measure.measurement import Measurement
 from workbench.suites.definition import Suite

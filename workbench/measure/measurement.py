@@ -21,9 +21,10 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from workbench.config.run_config import RunConfig
-from workbench.loadtest.bench import LevelResult, LoadResult, run_load_test
+from workbench.loadtest.bench import run_load_test
 from workbench.loadtest.engine_metrics import parse_scrape
 from workbench.loadtest.headroom import PeakSampler, headroom
+from workbench.loadtest.results import LevelResult, LoadResult
 from workbench.loadtest.workload import Request
 from workbench.mechanisms import cache_entry
 from workbench.mechanisms.digests import sha256_json
@@ -38,7 +39,8 @@ from workbench.serve.engine import (
     parse_cache_info,
 )
 from workbench.suites.definition import Suite
-from workbench.suites.runner import SCORING_VERSION, SuiteResult, run_suite
+from workbench.suites.results import SCORING_VERSION, SuiteResult
+from workbench.suites.runner import run_suite
 
 __all__ = ["MEASUREMENT_FILE", "SAMPLING", "Measurement", "baseline_key", "cached_measurement",
            "cached_pair", "load_pair", "measure", "pair_key", "store_pair"]

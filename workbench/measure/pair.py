@@ -14,7 +14,7 @@ from typing import Literal
 from rich.console import Console
 from rich.markup import escape
 
-from workbench.loadtest.bench import LoadResult
+from workbench.loadtest.results import LoadResult
 from workbench.measure.measurement import (
     MEASUREMENT_FILE,
     Measurement,
@@ -29,7 +29,7 @@ from workbench.measure.measurement import (
     store_pair,
 )
 from workbench.mechanisms.files import write_json
-from workbench.plan.checks import Plan
+from workbench.plan.plan import Plan
 from workbench.quantize.build import QuantizeResult
 
 __all__ = ["ROLES", "MeasuredPair", "Role", "baseline_entry", "measure_baseline_suites",

@@ -21,7 +21,7 @@ from workbench.measure.pair import ROLES, MeasuredPair, measure_pair
 from workbench.mechanisms.errors import InfraError
 from workbench.mechanisms.files import new_run_dir, write_json
 from workbench.pipeline.quantize import quantize_planned
-from workbench.plan.checks import Outputs, Plan, plan
+from workbench.plan.plan import Outputs, Plan, plan
 from workbench.record.build import build_record
 from workbench.record.decision import DecisionRecord
 from workbench.record.render import print_decision, write_record

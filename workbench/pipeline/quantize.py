@@ -15,7 +15,7 @@ from workbench.config.run_config import Candidate, RunConfig
 from workbench.mechanisms.digests import folder_digest
 from workbench.mechanisms.errors import InputError
 from workbench.mechanisms.files import new_run_dir, write_json
-from workbench.plan.checks import Outputs, Plan, check_candidates
+from workbench.plan.plan import Outputs, Plan, check_candidates
 from workbench.quantize.build import QuantizeResult, quantize, show_candidates
 from workbench.quantize.checks import serving_problem
 from workbench.serve.engine import detect_device

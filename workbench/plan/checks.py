@@ -1,109 +1,63 @@
-"""The one up-front check. Every command (validate, evaluate, quantize, serve, gate) asks
-this module what is wrong with its inputs before it writes or starts anything, so
-`workbench validate` refuses exactly what `evaluate` would, and reports every problem at
-once: the model, the gate policy, the suites, the load profiles, each candidate's recipe
-and data, the engine arguments, the tracking server and every output path.
+"""The up-front checks, one per input: the model, the gate policy against the suites, each
+candidate's recipe file and data, the engine arguments (parsed by vLLM's own parser), the
+tracking server, the devices a parallel engine asks for, the endpoints. plan.py runs them
+for every command, so `workbench validate` refuses exactly what `evaluate` would and
+reports every problem at once.
 
 Each check returns one-line problems naming the file and key; none raises past here.
 """
 
 from __future__ import annotations
 
-import functools
-import json
 import os
 import socket
 import subprocess
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 from urllib.parse import urlparse
 
 import httpx
 
-from workbench.config.gate_policy import GatePolicy, load_gate_policy
-from workbench.config.run_config import RunConfig, read_yaml, tracking_uri
-from workbench.loadtest.bench import level_requests
-from workbench.loadtest.workload import Request
-from workbench.mechanisms.digests import folder_digest, sha256_json
+from workbench.config.gate_policy import GatePolicy
+from workbench.config.run_config import RunConfig, tracking_uri
+from workbench.mechanisms.digests import sha256_json
 from workbench.mechanisms.errors import InputError
 from workbench.mechanisms.files import read_json, writable_problem
-from workbench.mechanisms.hub import resolve_hub_model
 from workbench.mechanisms.paths import cache_root, engine_python, offline_env
+from workbench.mechanisms.yaml_io import read_yaml
 from workbench.quantize.build import calibration_samples, needs_calibration
 from workbench.quantize.calibration import heldout_samples
-from workbench.quantize.checks import candidate_problems, serving_problem
-from workbench.serve.engine import api_key_from, detect_device, engine_version, served_models
-from workbench.suites.definition import Suite, find_suite_dir, load_suite
-from workbench.suites.runner import GENERATING, ITEM_CHECKS
+from workbench.serve.engine import api_key_from, engine_version, served_models
+from workbench.suites.definition import Suite
+from workbench.suites.results import ITEM_CHECKS
 
-__all__ = ["Outputs", "Plan", "check_candidates", "check_config", "check_outputs", "plan",
-           "policy_problems"]
+__all__ = [
+    "RESERVED_ENGINE_ARGS",
+    "Problems",
+    "T",
+    "data_problems",
+    "endpoint_problems",
+    "engine_args_problems",
+    "gates_path",
+    "host_devices",
+    "model_problems",
+    "parallelism_problems",
+    "policy_problems",
+    "recipe_file_problems",
+    "tracking_problems",
+    "unreachable",
+]
 
 T = TypeVar("T")
 
-# Tokens a chat template adds around a prompt (role markers, a default system prompt), when
-# the model's template cannot be rendered here to count them exactly.
-CHAT_TEMPLATE_MARGIN = 48
+
 # Engine arguments the workbench sets itself (serve.engine_command): given again, they
 # would silently override what the workbench measures and reports.
 RESERVED_ENGINE_ARGS = ("--model", "--served-model-name", "--host", "--port", "--max-model-len",
                         "--dtype", "--seed", "--tensor-parallel-size", "-tp",
                         "--pipeline-parallel-size", "-pp", "--data-parallel-size", "-dp",
                         "--distributed-executor-backend")
-
-
-@dataclass(frozen=True)
-class Outputs:
-    """Where a command will write: each checked for writability before anything is."""
-
-    runs_dir: Path | None = None
-    files: dict[str, Path | None] = field(default_factory=dict)  # option -> file
-
-
-class Plan:
-    """Everything one candidate's evaluation needs, read and checked before any work."""
-
-    def __init__(self, cfg: RunConfig, candidate: str, device: str, policy: GatePolicy,
-                 suites: list[Suite], requests: list[Request]) -> None:
-        self.cfg = cfg
-        self.device = device
-        self.candidate_name = candidate
-        self.candidate = cfg.candidate(candidate)
-        self.model_dir = cfg.model.resolved_path(cfg.base_dir)
-        self.policy = policy
-        self.suites = suites
-        self.requests = requests
-
-    @property
-    def endpoint_roles(self) -> list[str]:
-        """The sides measured at an endpoint instead of an engine started here."""
-        return [r for r in ("baseline", "candidate") if self.cfg.endpoints.of(r) is not None]
-
-    def devices(self, role: str) -> int:
-        """Devices the side's engine holds: declared for an endpoint, else the engine's
-        tensor x pipeline x data parallel size."""
-        if role in self.endpoint_roles:
-            return self.cfg.endpoints.devices(role)
-        return self.cfg.engine.devices
-
-    @property
-    def hub(self) -> dict[str, str] | None:
-        """The hub repo, revision and resolved commit, for a model named by its repo id."""
-        if self.cfg.model.local_folder(self.cfg.base_dir) is not None:
-            return None
-
-        found = resolve_hub_model(self.cfg.model.path, self.cfg.model.revision)
-        return {"repo_id": found.repo_id, "revision": found.revision, "commit": found.commit}
-
-    @functools.cached_property
-    def model_digest(self) -> str:
-        return folder_digest(self.model_dir)
-
-    @functools.cached_property
-    def engine_version(self) -> str:
-        return engine_version()
 
 
 class Problems(list):
@@ -158,9 +112,8 @@ def gates_path(cfg: RunConfig) -> Path:
 
 
 def _allowed_metrics(suite: Suite) -> tuple[str, ...]:
-    scoring = suite.spec.scoring
-    generating = ("healthy", "truncated") if scoring in (*GENERATING, "lm-eval") else ()
-    return ("score", *ITEM_CHECKS.get(scoring, ()), *generating)
+    generating = ("healthy", "truncated") if suite.generates else ()
+    return ("score", *ITEM_CHECKS.get(suite.spec.scoring, ()), *generating)
 
 
 def policy_problems(policy: GatePolicy, path: Path, suites: list[Suite]) -> list[str]:
@@ -180,101 +133,10 @@ def policy_problems(policy: GatePolicy, path: Path, suites: list[Suite]) -> list
                             f"not produced by its scoring ({runs[g.suite].spec.scoring}); "
                             f"allowed: {', '.join(_allowed_metrics(runs[g.suite]))}")
     if policy.health is not None:
-        scoring = {name: s.spec.scoring for name, s in runs.items()}
         problems += [f"{path}: health gate names suite {name!r}, which generates no text "
-                     f"(its scoring is {scoring[name]})" for name in policy.health.suites or []
-                     if scoring.get(name, "json") not in (*GENERATING, "lm-eval")]
-    return problems
-
-
-def _tokenizer(model_dir: Path) -> Any:  # tokenizers.Tokenizer | None
-    file = model_dir / "tokenizer.json"
-    if not file.is_file():
-        return None
-    from tokenizers import Tokenizer
-
-    return Tokenizer.from_file(str(file))
-
-
-def _chat_template(model_dir: Path) -> str | None:
-    """The model's chat template: chat_template.jinja, or tokenizer_config.json's."""
-    file = model_dir / "chat_template.jinja"
-    if file.is_file():
-        return file.read_text(errors="replace")
-    config = model_dir / "tokenizer_config.json"
-    try:
-        template = json.loads(config.read_text()).get("chat_template")
-    except (OSError, ValueError, AttributeError):
-        return None
-    return template if isinstance(template, str) else None
-
-
-def chat_overhead(model_dir: Path, tok: Any, system_prompt: str | None) -> int:
-    """Tokens the chat template adds around one user message (with the suite's system
-    prompt): rendered with jinja2 in a sandbox, as transformers renders chat templates,
-    and counted with the model's tokenizer. CHAT_TEMPLATE_MARGIN when the template
-    cannot be read or rendered here."""
-    template = _chat_template(model_dir)
-    if template is None:
-        return CHAT_TEMPLATE_MARGIN
-    from jinja2 import TemplateError
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
-
-    def raise_exception(message: str) -> None:
-        raise TemplateError(message)
-
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
-    env.globals["raise_exception"] = raise_exception
-    messages = ([{"role": "system", "content": system_prompt}] if system_prompt else []) + [
-        {"role": "user", "content": "x"}]
-    try:
-        text = env.from_string(template).render(messages=messages, add_generation_prompt=True,
-                                                bos_token="", eos_token="")
-    except Exception:  # noqa: BLE001 - any template we cannot render here: the margin
-        return CHAT_TEMPLATE_MARGIN
-    return max(0, len(tok.encode(text).ids) - len(tok.encode("x").ids))
-
-
-def context_problems(cfg: RunConfig, suites: list[Suite]) -> list[str]:
-    """Suites with a prompt the engine would refuse (a 400 halfway through a run): one that
-    leaves no room in engine.max_model_len for a single generated token, or a choice that
-    does not fit after its prompt. Counted with the model's own tokenizer and chat template
-    (a model folder without tokenizer.json is not checked). vLLM caps an answer at the
-    context that remains (max_tokens is lowered, not refused), so a long prompt with a
-    large max_tokens is not an error; such an answer may come back truncated, which the
-    health check records."""
-    model_dir = cfg.model.resolved_path(cfg.base_dir)
-    tok = _tokenizer(model_dir) if (model_dir / "config.json").is_file() else None
-    if tok is None:
-        return []
-    limit = cfg.engine.max_model_len
-    problems = []
-    for suite in suites:
-        spec = suite.spec
-        if spec.scoring == "lm-eval":
-            continue
-        items = suite.sample(cfg.profile, cfg.seed)
-        longest = sorted(items, key=lambda it: len(it.prompt) + max(map(len, it.choices),
-                                                                     default=0))[-8:]
-        overhead = (chat_overhead(model_dir, tok, spec.system_prompt)
-                    if spec.scoring not in ("logprobs", "choice", "code") else 0)
-        for it in longest:
-            prompt = len(tok.encode(it.prompt).ids)
-            if spec.scoring == "logprobs":
-                need, what = min(prompt, spec.max_prompt_tokens), "its text (cut)"
-            elif spec.scoring == "choice":
-                need = prompt + max(len(tok.encode(c).ids) for c in it.choices)
-                what = "its prompt and longest choice"
-            elif spec.scoring == "code":  # a raw completion: no chat template
-                need, what = prompt + 1, "its prompt and one generated token"
-            else:
-                need = prompt + overhead + 1
-                what = f"its prompt, {overhead} of the chat template and one generated token"
-            if need > limit:
-                problems.append(f"{suite.path / 'suite.yaml'}: item {it.id!r} needs {need} "
-                                f"tokens ({what}), over engine.max_model_len {limit} of "
-                                f"{cfg.source}")
-                break
+                     f"(its scoring is {runs[name].spec.scoring})"
+                     for name in policy.health.suites or []
+                     if name in runs and not runs[name].generates]
     return problems
 
 
@@ -502,120 +364,3 @@ def endpoint_problems(cfg: RunConfig) -> list[str]:
             problems.append(f"{where}.model: the endpoint serves {len(models)} models "
                             f"({', '.join(models)}); name the one to measure")
     return problems
-
-
-def check_outputs(outputs: Outputs) -> list[str]:
-    problems = []
-    if outputs.runs_dir is not None:
-        problems.append(writable_problem(outputs.runs_dir, "--runs-dir", True))
-    for option, file in outputs.files.items():
-        if file is not None:
-            problems.append(writable_problem(file, option, False))
-    return [p for p in problems if p]
-
-
-def _suite(cfg: RunConfig, index: int, name: str) -> Suite:
-    """A suite the config names; one that cannot be found is the config's problem."""
-    try:
-        find_suite_dir(name)
-    except InputError as err:
-        raise InputError(f"{cfg.source}: suites.{index}: {err}") from None
-    return load_suite(name)
-
-
-def suites_and_policy(cfg: RunConfig, problems: Problems
-                      ) -> tuple[GatePolicy | None, list[Suite]]:
-    suites = [s for s in (problems.get(functools.partial(_suite, cfg, i, n))
-                          for i, n in enumerate(cfg.suites)) if s is not None]
-    path = problems.get(lambda: gates_path(cfg))
-    policy = problems.get(lambda: load_gate_policy(path)) if path is not None else None
-    if policy is not None and path is not None and len(suites) == len(cfg.suites):
-        problems.extend(policy_problems(policy, path, suites))
-    problems.run(lambda: context_problems(cfg, suites))
-    return policy, suites
-
-
-def config_problems(cfg: RunConfig, candidates: list[str], device: str, serving: bool,
-                    outputs: Outputs, profiles: list[str] | None = None,
-                    problems: Problems | None = None, tracking: bool = True,
-                    cluster: tuple[int, int, str] | None = None) -> Problems:
-    """Every check a run of these candidates needs (serving: can this device serve them;
-    profiles: the load profiles to check, default the selected one; tracking: the MLflow
-    server, for commands that log)."""
-    problems = problems if problems is not None else Problems()
-    before = len(problems)
-    problems.run(lambda: model_problems(cfg))
-    model_ok = len(problems) == before
-    model_dir = cfg.model.resolved_path(cfg.base_dir) if model_ok else None
-    for name in candidates:
-        if cfg.endpoints.candidate is not None:
-            continue  # already served elsewhere: nothing here builds or serves it
-        if model_dir is not None:
-            problems.run(functools.partial(candidate_problems, cfg, name, model_dir))
-        problems.run(functools.partial(recipe_file_problems, cfg, name))
-        problems.run(functools.partial(data_problems, cfg, name))
-        if serving:
-            problems.run(functools.partial(_serving_problems, cfg, name, device))
-    for name in profiles if profiles is not None else [cfg.load.profile]:
-        problems.get(functools.partial(_profile_requests, cfg, name))
-    problems.run(lambda: engine_args_problems(cfg, candidates))
-    if serving:
-        problems.run(lambda: parallelism_problems(cfg, device, cluster))
-    if tracking:  # the commands that judge (evaluate, sweep, validate) ask the endpoints
-        problems.run(lambda: endpoint_problems(cfg))
-        problems.run(lambda: tracking_problems(cfg))
-    problems.extend(check_outputs(outputs))
-    return problems
-
-
-def _serving_problems(cfg: RunConfig, name: str, device: str) -> list[str]:
-    problem = serving_problem(cfg, name, device)
-    return [problem] if problem else []
-
-
-def _profile_requests(cfg: RunConfig, name: str) -> list[Request]:
-    """A profile's requests, as the load test will send them (a trace read line by line)."""
-    profile = cfg.with_load_profile(name).workload
-    trace = cfg.resolve(profile.trace) if profile.trace else None
-    return level_requests(profile, trace, cfg.engine.max_model_len)
-
-
-def check_candidates(cfg: RunConfig, names: list[str], outputs: Outputs, serving: bool,
-                     device: str | None = None) -> None:
-    """quantize's and serve's check: the named candidates, the model, their recipes and
-    data, the engine arguments, the outputs (no suites, gates or tracking: they use none)."""
-    problems = Problems()
-    for name in names:
-        problems.get(functools.partial(cfg.candidate, name))
-    problems.raise_any()  # an unknown candidate makes the other checks meaningless
-    config_problems(cfg, names, device or detect_device(), serving, outputs, profiles=[],
-                    problems=problems, tracking=False)
-    problems.raise_any()
-
-
-def check_config(cfg: RunConfig, outputs: Outputs) -> None:
-    """validate's check without --candidate: everything evaluate checks, for every
-    candidate's recipe and data and every load profile the config declares; only whether
-    this device can serve each candidate is left to `validate --candidate`."""
-    problems = Problems()
-    suites_and_policy(cfg, problems)
-    config_problems(cfg, list(cfg.candidates), detect_device(), False, outputs,
-                    profiles=cfg.load.declared(), problems=problems)
-    problems.raise_any()
-
-
-def plan(cfg: RunConfig, candidate: str, outputs: Outputs, device: str | None = None,
-         cluster: tuple[int, int, str] | None = None) -> Plan:
-    """evaluate's check: every problem at once, or the plan of the run (cluster: the
-    devices a Ray cluster offers, when the run's engines go there)."""
-    device = device or detect_device()
-    problems = Problems()
-    problems.get(lambda: cfg.candidate(candidate))
-    problems.raise_any()  # an unknown candidate makes the other checks meaningless
-    policy, suites = suites_and_policy(cfg, problems)
-    requests = problems.get(lambda: _profile_requests(cfg, cfg.load.profile))
-    config_problems(cfg, [candidate], device, True, outputs, profiles=[], problems=problems,
-                    cluster=cluster)
-    problems.raise_any()
-    assert policy is not None and requests is not None
-    return Plan(cfg, candidate, device, policy, suites, requests)

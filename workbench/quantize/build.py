@@ -235,6 +235,47 @@ def _kv_and_ignore(path: Path) -> dict:
     return {"kv_cache_scheme": qc.get("kv_cache_scheme"), "ignore": qc.get("ignore", [])}
 
 
+@dataclass(frozen=True)
+class _Build:
+    """What identifies an artifact, computed once: its recipe, calibration samples and the
+    quantiser's library versions, and the cache key they make with the model's digest."""
+
+    recipe: dict
+    needs_data: bool
+    samples: list[str]
+    samples_digest: str | None
+    versions: dict[str, str]
+    key: str
+
+
+def _identify(cfg: RunConfig, cand: Candidate, model_digest: str) -> _Build:
+    recipe = recipe_identity(cand, cfg.resolve)
+    needs_data = needs_calibration(cand)
+    samples = calibration_samples(cfg.calibration, cfg.resolve) if needs_data else []
+    samples_digest = sha256_json([samples, cfg.calibration.seq_len]) if needs_data else None
+    versions = quant_library_versions()
+    return _Build(recipe, needs_data, samples, samples_digest, versions,
+                  artifact_key(model_digest, recipe, samples_digest, versions))
+
+
+def _cached_manifest(final: Path, log_file: Path, on_progress: Callable[[str], None]
+                     ) -> dict | None:
+    """The manifest of a sealed artifact in the cache, or None (absent, or damaged: then it
+    is dropped, with a line in the log, and built again)."""
+    cache_entry.sweep_staging(final.parent)
+    if not final.exists():
+        return None
+    problem = cache_entry.check(final)
+    if problem is None:
+        return json.loads((final / "manifest.json").read_text())
+    on_progress(f"cached artifact dropped ({problem}); rebuilding")
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    with log_file.open("a") as log:
+        log.write(f"[workbench] cached artifact dropped: {problem}\n")
+    shutil.rmtree(final, ignore_errors=True)
+    return None
+
+
 def quantize(cfg: RunConfig, name: str, cand: Candidate, model_dir: Path, model_digest: str,
              log_file: Path, on_progress: Callable[[str], None] = lambda _s: None
              ) -> QuantizeResult:
@@ -242,42 +283,36 @@ def quantize(cfg: RunConfig, name: str, cand: Candidate, model_dir: Path, model_
     the caller's checks), building it only on a cache miss."""
     if cand.checkpoint is not None or cand.recipe == "none":
         return _passthrough(cfg, name, cand, model_dir)
+    build = _identify(cfg, cand, model_digest)
+    final = cache_root() / "artifacts" / build.key[:24]
+    manifest = _cached_manifest(final, log_file, on_progress)
+    source = "cache"
+    if manifest is None:
+        manifest = _build_artifact(cfg, name, build, model_dir, model_digest, final,
+                                   log_file, on_progress)
+        source = "built"
+    return QuantizeResult(name, str(final), source == "cache", build.key, manifest, source,
+                          serve_args_for(final, cand.serve_args()))
 
-    recipe = recipe_identity(cand, cfg.resolve)
-    needs_data = needs_calibration(cand)
-    samples = calibration_samples(cfg.calibration, cfg.resolve) if needs_data else []
-    samples_digest = sha256_json([samples, cfg.calibration.seq_len]) if needs_data else None
-    versions = quant_library_versions()
-    key = artifact_key(model_digest, recipe, samples_digest, versions)
-    final = cache_root() / "artifacts" / key[:24]
-    cache_entry.sweep_staging(final.parent)
-    if final.exists():
-        problem = cache_entry.check(final)
-        if problem is None:
-            manifest = json.loads((final / "manifest.json").read_text())
-            return QuantizeResult(name, str(final), True, key, manifest, "cache",
-                                  serve_args_for(final, cand.serve_args()))
-        on_progress(f"cached artifact dropped ({problem}); rebuilding")
-        log_file.parent.mkdir(parents=True, exist_ok=True)
-        with log_file.open("a") as log:
-            log.write(f"[workbench] cached artifact dropped: {problem}\n")
-        shutil.rmtree(final, ignore_errors=True)
 
+def _build_artifact(cfg: RunConfig, name: str, build: _Build, model_dir: Path,
+                    model_digest: str, final: Path, log_file: Path,
+                    on_progress: Callable[[str], None]) -> dict:
+    """Run the quantiser into a scratch folder beside the final one and rename it at the
+    end, so an interrupted run never leaves a folder that looks complete."""
     heldout = heldout_samples(cfg.calibration, cfg.resolve)
     base_ppl = _baseline_perplexity_file(model_digest, heldout, cfg.calibration.seq_len,
-                                         versions)
-    # Build in a scratch folder beside the final one and rename at the end, so an
-    # interrupted run never leaves a folder that looks complete.
+                                         build.versions)
     staging = cache_entry.staging_for(final)
     staging.mkdir(parents=True)
     work = staging / "_job"
     work.mkdir()
-    (work / "samples.json").write_text(json.dumps(samples))
+    (work / "samples.json").write_text(json.dumps(build.samples))
     (work / "heldout.json").write_text(json.dumps(heldout))
     job = {
-        "model_dir": str(model_dir), "out_dir": str(staging), **recipe,
-        "recipe_file": recipe.get("recipe_file"), "needs_data": needs_data,
-        "samples_file": str(work / "samples.json"), "num_samples": len(samples),
+        "model_dir": str(model_dir), "out_dir": str(staging), **build.recipe,
+        "recipe_file": build.recipe.get("recipe_file"), "needs_data": build.needs_data,
+        "samples_file": str(work / "samples.json"), "num_samples": len(build.samples),
         "seq_len": cfg.calibration.seq_len, "seed": cfg.calibration.seed,
         "heldout_file": str(work / "heldout.json") if heldout else None,
         "baseline_perplexity": "cached" if _cached_perplexity(base_ppl) else None,
@@ -295,13 +330,13 @@ def quantize(cfg: RunConfig, name: str, cand: Candidate, model_dir: Path, model_
     manifest = {
         "candidate": name,
         "source": "built",
-        "recipe": recipe,
+        "recipe": build.recipe,
         "format": format_of_checkpoint(staging, []).to_dict(),  # the checkpoint's own
-        "key": key,
+        "key": build.key,
         "model_dir": str(model_dir),
         "model_digest": model_digest,
-        "calibration": {**cfg.calibration.model_dump(), "samples_digest": samples_digest}
-        if needs_data else None,
+        "calibration": {**cfg.calibration.model_dump(), "samples_digest": build.samples_digest}
+        if build.needs_data else None,
         "fidelity": _fidelity(facts, base_ppl, heldout, cfg.calibration.seq_len),
         **facts,
         "size_bytes": size,
@@ -312,8 +347,7 @@ def quantize(cfg: RunConfig, name: str, cand: Candidate, model_dir: Path, model_
     (staging / "manifest.json").write_text(json.dumps(manifest, indent=2))
     cache_entry.seal(staging)
     cache_entry.publish(staging, final)
-    return QuantizeResult(name, str(final), False, key, manifest, "built",
-                          serve_args_for(final, cand.serve_args()))
+    return manifest
 
 
 def show_candidates(cfg: RunConfig, results: list[QuantizeResult], device: str,

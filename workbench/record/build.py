@@ -10,10 +10,10 @@ from pathlib import Path
 
 from workbench.config.run_config import DEFAULT_PRICE_PER_HOUR, EndpointConfig
 from workbench.gate.verdict import GateReport, SuiteComparison
-from workbench.loadtest.bench import LoadResult, cost_figures
+from workbench.loadtest.results import LoadResult, cost_figures
 from workbench.measure.measurement import SAMPLING, Measurement
 from workbench.measure.pair import ROLES, MeasuredPair, Role
-from workbench.plan.checks import Plan
+from workbench.plan.plan import Plan
 from workbench.record.decision import DecisionRecord, Sampling, host_facts
 from workbench.record.plots import LATENCY_PLOT, plot_latency_vs_throughput
 from workbench.record.sections import (
@@ -25,7 +25,7 @@ from workbench.record.sections import (
     SuiteSummary,
 )
 from workbench.serve.engine import ServerInfo
-from workbench.suites.runner import SuiteResult
+from workbench.suites.results import SuiteResult
 from workbench.suites.scorers.generation_health import health_summary
 
 __all__ = ["build_record", "endpoint_section", "suite_pairs", "suite_summary"]
@@ -76,7 +76,7 @@ def _sampling(p: Plan) -> Sampling:
     """How every suite was decoded: the settings a rerun must repeat."""
     return {**SAMPLING, "seed": p.cfg.seed, "profile": p.cfg.profile,  # type: ignore[typeddict-item]
             "max_tokens": {s.name: s.spec.max_tokens for s in p.suites
-                           if s.spec.scoring not in ("choice", "logprobs", "lm-eval")},
+                           if s.generates},
             "guided_decoding": "response_format json_schema (xgrammar, no free whitespace)"}
 
 

@@ -10,7 +10,7 @@ from typing import Literal
 
 from typing_extensions import TypedDict
 
-from workbench.gate.gates import GateOutcome
+from workbench.gate.evidence import GateOutcome
 from workbench.gate.verdict import PolicySection
 from workbench.measure.pair import Role
 from workbench.mechanisms.errors import EXIT_PROMOTE, EXIT_REJECT

@@ -13,7 +13,7 @@ import matplotlib
 matplotlib.use("Agg")  # files only: no display on CI runners or servers
 import matplotlib.pyplot as plt  # noqa: E402 (the backend must be chosen first)
 
-from workbench.loadtest.bench import LoadResult  # noqa: E402
+from workbench.loadtest.results import LoadResult
 
 __all__ = ["COLOURS", "LATENCY_PLOT", "PANELS", "STYLES", "plot_latency_vs_throughput"]
 

@@ -17,8 +17,8 @@ from typing_extensions import NotRequired, TypedDict
 
 from workbench.gate.paired import SliceComparison
 from workbench.gate.verdict import Flips, PolicySection
-from workbench.loadtest.bench import LoadResult
 from workbench.loadtest.headroom import Headroom
+from workbench.loadtest.results import LoadResult
 from workbench.quantize.formats import ServedFormat
 from workbench.suites.scorers.fidelity import FidelityResult
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import jsonschema
 from pydantic import TypeAdapter, ValidationError
 
-from workbench.gate.gates import GateOutcome
+from workbench.gate.evidence import GateOutcome
 from workbench.measure.measurement import MEASUREMENT_FILE, Measurement
 from workbench.mechanisms.errors import InputError
 from workbench.mechanisms.files import read_json

@@ -16,11 +16,11 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from workbench.config.run_config import format_validation_error, read_yaml
 from workbench.mechanisms.errors import InputError
 from workbench.mechanisms.files import name_problem
 from workbench.mechanisms.jsonl import jsonl_lines
 from workbench.mechanisms.paths import SHIPPED
+from workbench.mechanisms.yaml_io import format_validation_error, read_yaml
 from workbench.suites.lmeval import LmEvalTask, read_task
 from workbench.suites.scorers.instructions import CHECKERS
 
@@ -36,6 +36,8 @@ KIND_SCORINGS = {
     "safety": ("refusal",),
     "structured": ("json",),
 }
+# Scorings whose items are generated text: each carries a generation-health check.
+GENERATING = ("numeric", "exact", "code", "refusal", "json", "instructions")
 EXPECTATIONS = ("refuse", "comply")
 
 
@@ -154,6 +156,14 @@ class Suite:
     @property
     def name(self) -> str:
         return self.spec.name
+
+    @property
+    def generates(self) -> bool:
+        """Whether its items are generated text: the one definition that health checks,
+        max_tokens in the record and a sweep's token budget all read."""
+        if self.spec.scoring == "lm-eval":
+            return self.lm_task is not None and self.lm_task.output_type == "generate_until"
+        return self.spec.scoring in GENERATING
 
     def sample(self, profile: str, seed: int) -> tuple[SuiteItem, ...]:
         """The items a profile runs: a seeded, order-stable subset, or all."""
@@ -382,3 +392,5 @@ def load_suite(name: str) -> Suite:
     digest = hashlib.sha256(spec_path.read_bytes() + task_bytes + data_path.read_bytes()
                             ).hexdigest()
     return Suite(spec=spec, path=folder, items=tuple(items), digest=digest, lm_task=lm_task)
+
+

@@ -13,13 +13,10 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import math
 import os
-import re
 import time
-from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 
 import httpx
@@ -28,149 +25,15 @@ from workbench.mechanisms.errors import InfraError
 from workbench.suites.definition import Suite, SuiteItem
 from workbench.suites.engine_logprobs import greedy_continuation, prompt_logprobs, tokenize
 from workbench.suites.lmeval import run_task
-from workbench.suites.scorers.choice import choice_logprobs, expected_calibration_error, softmax
+from workbench.suites.results import ItemResult, SuiteResult, score_response, summarise
+from workbench.suites.scorers.choice import choice_logprobs, softmax
 from workbench.suites.scorers.generation_health import Health, generation_health
 from workbench.suites.scorers.instructions import check_instructions
 from workbench.suites.scorers.refusal import classify_response
 from workbench.suites.scorers.sandbox import run_python
 from workbench.suites.scorers.structured import score_json
 
-__all__ = [
-    "SCORING_VERSION",
-    "ItemResult",
-    "SuiteResult",
-    "logprobs_file",
-    "run_suite",
-    "score_response",
-    "summarise",
-]
-
-_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
-# Part of the baseline cache key: bump whenever score_response changes meaning, so cached
-# results scored the old way are not compared with new ones.
-SCORING_VERSION = 6
-# Scorings whose items are generated text: each carries a generation-health check.
-GENERATING = ("numeric", "exact", "code", "refusal", "json", "instructions")
-# The per-item checks each scoring records beside the score: what a gate's `metric` may name
-# (generating scorings also record healthy and truncated).
-ITEM_CHECKS = {"refusal": ("refused", "off_topic"),
-               "json": ("parses", "schema_valid", "fields_correct"),
-               "instructions": ("instructions_followed",)}
-
-
-@dataclass(frozen=True)
-class ItemResult:
-    id: str
-    slices: tuple[str, ...]
-    prompt_sha256: str
-    response: str
-    score: float
-    latency_s: float
-    completion_tokens: int
-    choice_probs: tuple[float, ...] = ()  # scoring 'choice': the answer distribution
-    detail: str = ""  # scoring 'code': passed | failed: <last error line> | timeout
-    # Named sub-scores, averaged per suite into its metrics: refused (safety), parses /
-    # schema_valid / fields_correct (structured), instructions_followed (instructions);
-    # healthy and truncated on every generated response (health.py).
-    checks: dict[str, float] = field(default_factory=dict)
-    health: str = ""  # generated text: "ok" or why it is degenerate; "" not generated
-
-
-@dataclass(frozen=True)
-class SuiteResult:
-    suite: str
-    version: str
-    digest: str
-    n: int
-    accuracy: float
-    slices: dict[str, dict[str, float]]  # slice -> {"n": ..., "accuracy" | "perplexity": ...}
-    items_file: str
-    items: list[ItemResult] = field(repr=False)
-    kind: str = "quality"
-    metrics: dict[str, float] = field(default_factory=dict)  # fidelity: perplexity, tokens
-    generates: bool = False  # its items are generated text (and carry a health check)
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict) -> SuiteResult:
-        items = [ItemResult(**{**i, "slices": tuple(i["slices"]), "checks": i.get("checks", {}),
-                               "choice_probs": tuple(i.get("choice_probs", ()))})
-                 for i in data["items"]]
-        if "generates" not in data:  # recorded before health checks: text, not choices
-            data = {**data, "generates": data.get("kind") != "fidelity"
-                    and not any(i.choice_probs for i in items)}
-        return cls(**{**data, "items": items})
-
-
-def score_response(scoring: str, response: str, answer: str) -> float:
-    """1.0 when the response carries the answer, else 0.0.
-
-    numeric: the final number in the response (so "7 + 5 = 12" counts as 12).
-    """
-    if scoring == "numeric":
-        numbers = _NUMBER.findall(response.replace(",", ""))
-        return float(bool(numbers) and float(numbers[-1]) == float(answer))
-    return float(response.strip() == answer.strip())
-
-
-def _perplexity(items: list[ItemResult]) -> float:
-    """Token-weighted: an item's score is its mean token log-probability over
-    completion_tokens scored tokens."""
-    tokens = sum(i.completion_tokens for i in items)
-    return math.exp(-sum(i.score * i.completion_tokens for i in items) / max(tokens, 1))
-
-
-_RATES = {"refused": "refusal_rate", "healthy": "health_rate", "truncated": "truncated_rate",
-          "off_topic": "off_topic_rate"}
-
-
-def _check_means(items: list[ItemResult]) -> dict[str, float]:
-    names = sorted({k for i in items for k in i.checks})
-    means = {_RATES.get(k, k): sum(i.checks.get(k, 0.0) for i in items) / len(items)
-             for k in names}
-    if "health_rate" in means:
-        means["degenerate_share"] = 1.0 - means["health_rate"]
-    if "refusal_rate" in means and "health_rate" in means:
-        # refusal behaviour judged on the answers that are text at all (docs/safety.md)
-        healthy = [i for i in items if i.checks.get("healthy")]
-        means["refusal_rate_healthy"] = (sum(i.checks.get("refused", 0.0) for i in healthy)
-                                         / len(healthy)) if healthy else 0.0
-    return means
-
-
-def summarise(suite: Suite, items: list[ItemResult], items_file: Path,
-              name: str | None = None) -> SuiteResult:
-    by_slice: dict[str, list[ItemResult]] = defaultdict(list)
-    for it in items:
-        for s in it.slices:
-            by_slice[s].append(it)
-    fidelity = suite.spec.kind == "fidelity"
-    slices = {s: {"n": len(v), "perplexity": _perplexity(v)} if fidelity else
-              {"n": len(v), "accuracy": sum(i.score for i in v) / len(v)}
-              for s, v in sorted(by_slice.items())}
-    metrics = {"perplexity": _perplexity(items),
-               "tokens": float(sum(i.completion_tokens for i in items))} if fidelity else {}
-    if items and all(i.choice_probs for i in items):  # multiple choice, ours or lm-eval's
-        confidence = [max(i.choice_probs) for i in items]
-        metrics = {"ece": expected_calibration_error(confidence, [i.score for i in items]),
-                   "mean_confidence": sum(confidence) / len(confidence)}
-    if items and not fidelity:
-        metrics |= _check_means(items)
-    return SuiteResult(
-        suite=name or suite.name,
-        version=suite.spec.version,
-        digest=suite.digest,
-        n=len(items),
-        accuracy=0.0 if fidelity else sum(i.score for i in items) / len(items),
-        slices=slices,
-        items_file=str(items_file),
-        items=sorted(items, key=lambda i: i.id),
-        kind=suite.spec.kind,
-        metrics=metrics,
-        generates=any(i.health for i in items),
-    )
+__all__ = ["logprobs_file", "run_suite"]
 
 
 def logprobs_file(items_file: Path) -> Path:

@@ -37,7 +37,7 @@ from workbench.mechanisms import cache_entry
 from workbench.mechanisms.errors import InfraError, InputError, WorkbenchError
 from workbench.mechanisms.files import read_json
 from workbench.pipeline.evaluate import measure_planned
-from workbench.plan.checks import Outputs, Plan, plan
+from workbench.plan.plan import Outputs, Plan, plan
 from workbench.quantize.build import QuantizeResult
 
 __all__ = ["Cluster", "connect", "fan_out", "leave"]
@@ -210,6 +210,42 @@ def _handed_over(result: dict[str, Any]) -> Callable[[Path], MeasuredPair]:
     return measured
 
 
+class _Reservations:
+    """Ray tasks, each in a placement group of its own that reserves its engine's devices,
+    freed as soon as the task ends so that a waiting candidate can start."""
+
+    def __init__(self, cluster: Cluster, env: dict[str, str]) -> None:
+        self.cluster, self.env = cluster, env
+        self.groups: dict[Any, Any] = {}  # task -> its placement group
+
+    def start(self, fn: Callable[..., Any], p: Plan, *args: Any) -> Any:
+        import ray  # Ray is an optional dependency (requirements/cluster.txt)
+        from ray.util.placement_group import placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        bundle = _bundle(p, self.cluster.device)
+        group = placement_group([bundle], strategy="STRICT_PACK")
+        # the task asks for exactly its bundle (Ray's default would be one CPU more)
+        ref = ray.remote(fn).options(
+            num_cpus=bundle.get("CPU", 0.0), num_gpus=bundle.get("GPU", 0.0), max_retries=0,
+            runtime_env={"env_vars": self.env},
+            scheduling_strategy=PlacementGroupSchedulingStrategy(group)).remote(*args)
+        self.groups[ref] = group
+        return ref
+
+    def free(self, ref: Any) -> None:
+        from ray.util.placement_group import remove_placement_group
+
+        try:
+            remove_placement_group(self.groups.pop(ref))
+        except Exception:  # noqa: BLE001 - the cluster may be gone; nothing to free then
+            pass
+
+    def free_all(self) -> None:
+        for ref in list(self.groups):
+            self.free(ref)
+
+
 def fan_out(plans: list[Plan], cluster: Cluster, remeasure: bool, console: Console,
             evaluate: Callable[[Plan, Callable[[Path], MeasuredPair], dict[str, Any]], Any]
             ) -> list[Any]:
@@ -220,53 +256,31 @@ def fan_out(plans: list[Plan], cluster: Cluster, remeasure: bool, console: Conso
     in plan order. An interrupt cancels every task (their engines die with their
     workers)."""
     import ray
-    from ray.util.placement_group import placement_group, remove_placement_group
-    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
     first = plans[0]
-    config_path = str(first.cfg.source.resolve())
-    profile = first.cfg.load.profile
-    env = {k: os.environ[k] for k in FORWARDED_ENV if k in os.environ}
-    groups: dict[Any, Any] = {}  # task -> its placement group, freed when it ends
-
-    def reserve(fn: Callable[..., Any], p: Plan, *args: Any) -> Any:
-        bundle = _bundle(p, cluster.device)
-        group = placement_group([bundle], strategy="STRICT_PACK")
-        # the task asks for exactly its bundle (Ray's default would be one CPU more)
-        ref = ray.remote(fn).options(
-            num_cpus=bundle.get("CPU", 0.0), num_gpus=bundle.get("GPU", 0.0), max_retries=0,
-            runtime_env={"env_vars": env},
-            scheduling_strategy=PlacementGroupSchedulingStrategy(group)).remote(*args)
-        groups[ref] = group
-        return ref
-
-    def free(ref: Any) -> None:
-        try:
-            remove_placement_group(groups.pop(ref))
-        except Exception:  # noqa: BLE001 - the cluster may be gone; nothing to free then
-            pass
-
-    tasks: dict[Any, int] = {}
+    config_path, profile = str(first.cfg.source.resolve()), first.cfg.load.profile
+    tasks = _Reservations(cluster, {k: os.environ[k] for k in FORWARDED_ENV if k in os.environ})
+    running: dict[Any, int] = {}
     try:
         with console.status(f"baseline: measuring its suites once on {cluster.where}"):
-            ref = reserve(_baseline_entry_task, first, config_path, profile,
-                          first.candidate_name, cluster.device)
+            ref = tasks.start(_baseline_entry_task, first, config_path, profile,
+                              first.candidate_name, cluster.device)
             entry = ray.get(ref)
-            free(ref)  # its devices go to the candidates
+            tasks.free(ref)  # its devices go to the candidates
         console.print(f"[green]✓[/] baseline suites measured once; {len(plans)} candidates "
                       f"now in parallel on {cluster.where}")
         entry_ref = ray.put(entry)
         started = time.perf_counter()
         for i, p in enumerate(plans):
-            tasks[reserve(_candidate_task, p, config_path, profile, p.candidate_name,
-                          cluster.device, remeasure, entry_ref)] = i
+            running[tasks.start(_candidate_task, p, config_path, profile, p.candidate_name,
+                                cluster.device, remeasure, entry_ref)] = i
         results: list[Any] = [None] * len(plans)
-        pending = list(tasks)
+        pending = list(running)
         while pending:
             done, pending = ray.wait(pending, num_returns=1)
-            i = tasks[done[0]]
+            i = running[done[0]]
             outcome = ray.get(done[0])
-            free(done[0])  # a candidate still waiting for devices may start now
+            tasks.free(done[0])  # a candidate still waiting for devices may start now
             where = outcome["node"] + (f", GPUs {outcome['devices']}" if outcome["devices"]
                                        else "")
             console.rule(f"{plans[i].candidate_name}: measured in a Ray task on {where} "
@@ -276,11 +290,10 @@ def fan_out(plans: list[Plan], cluster: Cluster, remeasure: bool, console: Conso
                                                            "ended_at")})
         return results
     except BaseException:
-        for ref in tasks:
+        for ref in running:
             ray.cancel(ref, force=True)
         raise
     finally:
-        for ref in list(groups):
-            free(ref)
+        tasks.free_all()
         leave(cluster)
         console.print(f"[dim]left {escape(cluster.where)}[/]")

@@ -27,7 +27,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from workbench.config.gate_policy import Objective, QualityMeasure
+from workbench.config.gate_policy import GatePolicy, Objective, QualityMeasure
 from workbench.config.run_config import RunConfig
 from workbench.mechanisms.errors import (
     InfraError,
@@ -35,9 +35,10 @@ from workbench.mechanisms.errors import (
 )
 from workbench.mechanisms.files import inside, new_run_dir
 from workbench.pipeline.evaluate import evaluate_planned
-from workbench.plan.checks import Outputs, Plan, check_candidates, plan
+from workbench.plan.plan import Outputs, Plan, check_candidates, plan
 from workbench.quantize.checks import unsupported_here
 from workbench.quantize.formats import emulated_rate, format_of_candidate
+from workbench.record.sections import MlflowSection
 from workbench.record.store import load_record
 from workbench.serve.engine import detect_device
 from workbench.sweep.fanout import Cluster, connect, fan_out, leave
@@ -76,7 +77,7 @@ def generated_tokens(p: Plan) -> int:
     """Output tokens one model's evaluation generates at most: every generating suite's
     items at their max_tokens, and the load test's requests at every level and round."""
     tokens = sum(len(s.sample(p.cfg.profile, p.cfg.seed)) * s.spec.max_tokens
-                 for s in p.suites if s.spec.scoring not in ("choice", "logprobs", "lm-eval"))
+                 for s in p.suites if s.generates)
     return tokens + sum(r.output_tokens for r in p.requests) * len(p.cfg.workload.levels) \
         * p.cfg.load.rounds
 
@@ -119,7 +120,6 @@ def run_sweep(cfg: RunConfig, names: list[str], runs_root: Path, console: Consol
               ray_address: str | None = None) -> SweepRecord:
     """Every candidate against one baseline: here one after another, or with ray_address
     (a cluster's address, or 'local' for this host) in parallel Ray tasks (fanout.py)."""
-
     outputs = Outputs(runs_dir=runs_root)
     cluster = _join(cfg, names, outputs, ray_address) if ray_address else None
     device = cluster.device if cluster else detect_device()
@@ -134,47 +134,59 @@ def run_sweep(cfg: RunConfig, names: list[str], runs_root: Path, console: Consol
     if not chosen.plans:
         raise InputError(f"{cfg.source}: none of {', '.join(names)} can be measured on "
                          f"{device} (each is skipped above)")
-    objective = chosen.plans[0].policy.sweep.objective
-    quality = chosen.plans[0].policy.sweep.quality
+    policy = chosen.plans[0].policy
     sweep_dir = new_run_dir(runs_root, "sweep")
     console.print(f"sweep folder {sweep_dir}: {len(chosen.plans)} candidates "
                   f"({', '.join(p.candidate_name for p in chosen.plans)}), objective "
-                  f"{objective}")
+                  f"{policy.sweep.objective}")
     started = time.perf_counter()
-    rows: list[SweepRow] = []
     tags = {"kind": "sweep", "device": device,
             "candidates": ",".join(p.candidate_name for p in chosen.plans)}
     with tracker_for(cfg, "sweep", tags, console) as tracker:
-        if cluster is None:
-            for i, p in enumerate(chosen.plans, 1):
-                console.rule(f"candidate {i} of {len(chosen.plans)}: {p.candidate_name}")
-                rows.append(_evaluate_one(p, inside(sweep_dir, p.candidate_name), console,
-                                          remeasure, tracker, objective, quality))
-        else:
-            rows += fan_out(chosen.plans, cluster, remeasure, console, lambda p, m, task: (
-                replace(_evaluate_one(p, inside(sweep_dir, p.candidate_name), console,
-                                      remeasure, tracker, objective, quality, m),
-                        ray_task=RayTask(**task))))
+        rows = _measure_all(chosen.plans, cluster, sweep_dir, console, remeasure, tracker)
         rows += chosen.skipped
-        front, recommendation = rank(rows, objective)
-        record = SweepRecord(
-            model=cfg.model.name, device=device, policy=str(cfg.resolve(cfg.gates)),
-            objective=objective, quality=quality,
-            quality_measure=f"{QUALITY_LABEL[quality]} (policy sweep.quality: {quality}, "
-                            f"confidence {chosen.plans[0].policy.confidence})",
-            baseline=_baseline_figures(rows, objective), rows=rows, front=front,
-            recommendation=recommendation, sweep_dir=str(sweep_dir),
-            created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            wall_time_s=round(time.perf_counter() - started, 1),
-            mlflow={"tracking_uri": tracker.uri, "run_id": tracker.run_id,
-                    "experiment_id": tracker.experiment_id, "ui": tracker.ui_link()},
-            fanned_out=cluster.where if cluster else None)
+        record = _sweep_record(cfg, device, policy, rows, sweep_dir, started, tracker, cluster)
         write_sweep(sweep_dir, record)
         _log_sweep(tracker, record, sweep_dir)
     record.mlflow.update(tracker.status())
     write_sweep(sweep_dir, record)
     print_sweep(record, console)
     return record
+
+
+def _measure_all(plans: list[Plan], cluster: Cluster | None, sweep_dir: Path,
+                 console: Console, remeasure: bool, tracker: Tracker) -> list[SweepRow]:
+    """Each candidate through evaluate's stages: one after another here, or fanned out."""
+    objective, quality = plans[0].policy.sweep.objective, plans[0].policy.sweep.quality
+    if cluster is not None:
+        return fan_out(plans, cluster, remeasure, console, lambda p, m, task: replace(
+            _evaluate_one(p, inside(sweep_dir, p.candidate_name), console, remeasure,
+                          tracker, objective, quality, m), ray_task=RayTask(**task)))
+    rows = []
+    for i, p in enumerate(plans, 1):
+        console.rule(f"candidate {i} of {len(plans)}: {p.candidate_name}")
+        rows.append(_evaluate_one(p, inside(sweep_dir, p.candidate_name), console,
+                                  remeasure, tracker, objective, quality))
+    return rows
+
+
+def _sweep_record(cfg: RunConfig, device: str, policy: GatePolicy, rows: list[SweepRow],
+                  sweep_dir: Path, started: float, tracker: Tracker,
+                  cluster: Cluster | None) -> SweepRecord:
+    objective, quality = policy.sweep.objective, policy.sweep.quality
+    front, recommendation = rank(rows, objective)
+    return SweepRecord(
+        model=cfg.model.name, device=device, policy=str(cfg.resolve(cfg.gates)),
+        objective=objective, quality=quality,
+        quality_measure=f"{QUALITY_LABEL[quality]} (policy sweep.quality: {quality}, "
+                        f"confidence {policy.confidence})",
+        baseline=_baseline_figures(rows, objective), rows=rows, front=front,
+        recommendation=recommendation, sweep_dir=str(sweep_dir),
+        created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        wall_time_s=round(time.perf_counter() - started, 1),
+        mlflow=MlflowSection(tracking_uri=tracker.uri, run_id=tracker.run_id,
+                             experiment_id=tracker.experiment_id, ui=tracker.ui_link()),
+        fanned_out=cluster.where if cluster else None)
 
 
 def _join(cfg: RunConfig, names: list[str], outputs: Outputs, address: str) -> Cluster:

@@ -12,7 +12,8 @@ from rich.markup import escape
 
 from workbench.config.run_config import RunConfig, tracking_uri
 from workbench.measure.measurement import Measurement
-from workbench.plan.checks import Plan, unreachable
+from workbench.plan.checks import unreachable
+from workbench.plan.plan import Plan
 from workbench.record.decision import DecisionRecord, gate_counts, record_metrics
 from workbench.record.render import render_markdown
 from workbench.record.sections import MlflowSection
