@@ -41,7 +41,7 @@ ensure_env() {
     "$dir/bin/pip" install -q --upgrade pip setuptools wheel 2>&1 | quiet_pip
     "$dir/bin/pip" install -q -r "$reqs" 2>&1 | quiet_pip
     # pip picks CUDA builds of these for vLLM; text models need none of them and
-    # they break `import transformers` (FIELD_NOTES: torchvision::nms).
+    # they break `import transformers` (docs/environments.md: torchvision::nms).
     "$dir/bin/pip" uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
     touch "$dir/.complete"
   fi

@@ -1,6 +1,6 @@
 """Domain errors. Each carries the one-line message a user sees and the CLI exit code.
 
-Exit codes are the CI contract (DESIGN.md): 0 promote, 1 reject/inconclusive,
+Exit codes are the CI contract (docs/architecture.md): 0 promote, 1 reject/inconclusive,
 2 invalid input, 3 infrastructure failure.
 """
 

@@ -58,7 +58,7 @@ def link_shared_cache(scratch: Path) -> Path:
 
 
 def offline_env(base: dict[str, str] | None = None) -> dict[str, str]:
-    """Environment for subprocesses: no hub, no telemetry (DESIGN.md, Environments)."""
+    """Environment for subprocesses: no hub, no telemetry (docs/environments.md)."""
     env = dict(os.environ if base is None else base)
     env.setdefault("HF_HUB_OFFLINE", "1")
     env.setdefault("HF_DATASETS_OFFLINE", "1")

@@ -4,7 +4,7 @@ Artifacts are content-addressed: the key digests the model, the recipe (every de
 filled in, or the recipe file's bytes), the exact calibration samples and the quantiser's
 library versions, so a second run with the same inputs reuses the checkpoint and any
 change is a miss. llm-compressor runs as a subprocess in its own environment (its pins
-conflict with vLLM's; DESIGN.md, Environments). A candidate that needs no new checkpoint
+conflict with vLLM's; docs/environments.md). A candidate that needs no new checkpoint
 (recipe ``none``: the baseline's weights with other serving arguments) or that is a ready
 checkpoint passes through with a manifest of what it is.
 """

