@@ -98,3 +98,24 @@ def test_a_regated_record_has_every_interval_at_its_own_confidence(
         if (round(low, 3), round(high, 3)) not in {(round(a, 3), round(b, 3))
                                                    for a, b in expected.values()}:
             assert (round(low, 3), round(high, 3)) not in shown  # no 95% interval left
+
+
+def test_a_version_4_record_is_still_judged_and_comes_back_in_the_current_shape(
+        tmp_path: Path) -> None:
+    """A stored record is a contract: one written before gates carried their parts (v4) is
+    checked against v4's schema, re-gated, and written as v5 with each gate's parts."""
+    run, *_ = _run_folder(tmp_path)
+    old = json.loads((run / "decision.json").read_text())
+    old["schema_version"] = 4
+    for gate in old["gates"]:
+        del gate["id"]
+    (run / "decision.json").write_text(json.dumps(old))
+    out = tmp_path / "regated"
+    result = CliRunner().invoke(main, ["gate", str(run), "--out", str(out)])
+    assert result.exit_code in (0, 1), result.output
+    rec = json.loads((out / "decision.json").read_text())
+    assert rec["schema_version"] == 5
+    ids = {g["gate"]: g["id"] for g in rec["gates"]}
+    assert ids["quality:q[hard]"] == {"section": "quality", "subject": "q", "metric": None,
+                                      "slice": "hard", "check": None, "level": None}
+

@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
+from builders import record
+
 from workbench.config.run_config import TrackingConfig
+from workbench.gate.evidence import GateOutcome
+from workbench.record.decision import DecisionRecord
+from workbench.record.render import render_markdown
+from workbench.tracking.run_log import log_run, run_name
 from workbench.tracking.tracker import Tracker
 
 
@@ -33,3 +40,38 @@ def test_nested_runs_curves_datasets_and_the_registry(tmp_path: Path) -> None:
     client = mlflow.MlflowClient()
     assert client.get_model_version_by_alias("m", "champion").tags["decision"] == "promote"
     assert str(client.get_model_version_by_alias("m", "challenger").version) == second["version"]
+
+
+def _with_gates(rec: DecisionRecord, decision: str, statuses: list[str]) -> DecisionRecord:
+    return replace(rec, decision=decision, gates=[
+        GateOutcome(f"quality:q{i}", s, "detail", -0.05, 0.0)  # type: ignore[arg-type]
+        for i, s in enumerate(statuses)])
+
+
+def test_run_names_say_candidate_decision_and_why() -> None:
+    rec = record("promote")
+    assert run_name(_with_gates(rec, "reject", ["fail"] * 7 + ["pass"])) == \
+        "int4 · reject · 7 gates failed"
+    assert run_name(_with_gates(rec, "reject", ["fail", "inconclusive"])) == \
+        "int4 · reject · 1 gate failed"
+    assert run_name(_with_gates(rec, "inconclusive", ["inconclusive", "pass"])) == \
+        "int4 · inconclusive · 1 gate inconclusive"
+    assert run_name(_with_gates(rec, "promote", ["pass"] * 3 + ["not_applicable"])) == \
+        "int4 · promote · 3 gates passed"
+
+
+def test_a_logged_run_reads_at_a_glance_in_the_runs_table(tmp_path: Path) -> None:
+    """Its name, its decision and gate counts as columns, decision.md as its description."""
+    import mlflow
+
+    rec = _with_gates(record("promote"), "reject", ["fail", "fail", "pass", "inconclusive"])
+    cfg = TrackingConfig(uri=f"sqlite:///{tmp_path / 'm.db'}", experiment="t")
+    with Tracker(cfg, "int4 · running", {}) as tracker:
+        log_run(tracker, rec, {}, [])
+    (run,) = mlflow.search_runs(experiment_names=["t"], output_format="list")
+    assert run.info.run_name == "int4 · reject · 2 gates failed"
+    assert run.data.tags["decision"] == "reject"
+    assert run.data.tags["mlflow.note.content"] == render_markdown(rec)
+    assert (run.data.metrics["gates.fail"], run.data.metrics["gates.pass"],
+            run.data.metrics["gates.inconclusive"]) == (2.0, 1.0, 1.0)
+    assert run.data.metrics["decision_code"] == 1.0

@@ -4,6 +4,7 @@ says back (pass, fail, inconclusive or not_applicable, with the figures it saw).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -13,17 +14,67 @@ from workbench.gate.paired import (
 from workbench.loadtest.results import LoadResult
 from workbench.suites.results import SuiteResult
 
-__all__ = ["Evidence", "GateOutcome"]
+__all__ = ["Evidence", "GateId", "GateOutcome"]
+
+
+@dataclass(frozen=True)
+class GateId:
+    """Which gate: a value the record, the sweep and CI read by its parts. Its text form
+    (str) is the gate's name in tables, for example
+    - quality:arithmetic[addition] (a slice), quality:arithmetic:floor (a floor),
+    - safety:advbench.refused (a per-item metric), health:(pooled),
+    - fidelity:heldout-text:kl_mean, latency:tpot_p50_ms:max_ratio@c4, slo@c4,
+    - memory:weights_bytes:max_ratio."""
+
+    section: str  # quality | safety | structured | health | fidelity | latency | slo | memory
+    subject: str = ""  # the suite (or, for latency and memory, the figure)
+    metric: str | None = None  # a paired gate's per-item metric other than the score
+    slice: str | None = None
+    check: str | None = None  # floor, recovery, kl_mean, max_ratio, ...
+    level: str | None = None  # a load level
+
+    def __str__(self) -> str:
+        text = self.section + (f":{self.subject}" if self.subject else "")
+        text += f".{self.metric}" if self.metric else ""
+        text += f"[{self.slice}]" if self.slice is not None else ""
+        text += f":{self.check}" if self.check else ""
+        return text + (f"@{self.level}" if self.level else "")
+
+    @classmethod
+    def parse(cls, name: str) -> GateId:
+        """The parts of a name as records before schema 5 stored it (text only); newer
+        records keep the parts themselves."""
+        m = _LEGACY_NAME.fullmatch(name)
+        if m is None:
+            return cls(name)
+        section, subject, slice_, check, level = m.groups()
+        metric = None
+        if section in ("quality", "safety", "structured") and subject and "." in subject:
+            subject, metric = subject.rsplit(".", 1)
+        return cls(section, subject or "", metric, slice_, check, level)
+
+
+_LEGACY_NAME = re.compile(r"([a-z]+)(?::([^\[:@]+))?(?:\[([^\]]*)\])?(?::([\w]+))?(?:@(.+))?")
 
 
 @dataclass(frozen=True)
 class GateOutcome:
-    gate: str
+    gate: str  # str(id): the name tables and JUnit show
     status: Status
     detail: str
     threshold: float | None = None
     value: float | None = None
     evidence: dict = field(default_factory=dict)
+    id: GateId | None = None  # None only in records written before schema 5
+
+    @classmethod
+    def of(cls, gate: GateId, status: Status, detail: str, threshold: float | None = None,
+           value: float | None = None, evidence: dict | None = None) -> GateOutcome:
+        return cls(str(gate), status, detail, threshold, value, evidence or {}, gate)
+
+    @property
+    def identity(self) -> GateId:
+        return self.id if self.id is not None else GateId.parse(self.gate)
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from workbench.config.gate_policy import (
     QualityGate,
     SLOGate,
 )
-from workbench.gate.evidence import Evidence, GateOutcome
+from workbench.gate.evidence import Evidence, GateId, GateOutcome
 from workbench.gate.latency import (
     latency_outcomes,
     ratio,
@@ -50,7 +50,7 @@ def non_inferiority(delta: PairedDelta, margin: float) -> Status:
 
 @dataclass
 class _PairedCheck:
-    label: str
+    label: GateId
     margin: float
     slice_name: str | None = None  # None: the whole suite
     delta: PairedDelta | None = None
@@ -60,21 +60,22 @@ class _PairedCheck:
 
 def _paired_checks(section: str, gate: QualityGate, base: SuiteResult | None,
                    cand: SuiteResult | None, compared: Comparisons,
-                   name: str | None = None) -> tuple[list[_PairedCheck], list[GateOutcome]]:
+                   name: GateId | None = None
+                   ) -> tuple[list[_PairedCheck], list[GateOutcome]]:
     """The tests a paired gate asks for (overall, each slice), and its floors' outcomes."""
-    name = name or (f"{section}:{gate.suite}"
-                    + (f".{gate.metric}" if gate.metric != "score" else ""))
+    name = name or GateId(section, gate.suite,
+                          metric=gate.metric if gate.metric != "score" else None)
     if base is None or cand is None:
         missing = "baseline" if base is None else "candidate"
-        return [], [GateOutcome(name, "fail", f"{missing} results of suite {gate.suite!r} "
+        return [], [GateOutcome.of(name, "fail", f"{missing} results of suite {gate.suite!r} "
                                 "missing (fail closed)")]
     checks = [_PairedCheck(name, gate.max_drop)]
     floors: list[GateOutcome] = []
     slices = [(s, info["n"]) for s, info in base.slices.items()] if gate.slice_max_drop else []
     for s, n in slices:
-        label = f"{name}[{s}]"
+        label = replace(name, slice=s)
         if n < gate.min_slice_items:
-            checks.append(_PairedCheck(label, gate.slice_max_drop or 0.0, s, outcome=GateOutcome(
+            checks.append(_PairedCheck(label, gate.slice_max_drop or 0.0, s, outcome=GateOutcome.of(
                 label, "not_applicable", f"too small to decide: n={n} < min_slice_items "
                 f"{gate.min_slice_items}")))
         else:
@@ -84,7 +85,7 @@ def _paired_checks(section: str, gate: QualityGate, base: SuiteResult | None,
             continue
         paired = compared.of(base, cand, check.slice_name, gate.metric)
         if paired is None:
-            check.outcome = GateOutcome(check.label, "fail", f"no paired items with "
+            check.outcome = GateOutcome.of(check.label, "fail", f"no paired items with "
                                         f"{gate.metric!r} (fail closed)")
             continue
         check.delta = paired.against(check.margin)
@@ -94,13 +95,13 @@ def _paired_checks(section: str, gate: QualityGate, base: SuiteResult | None,
     overall = checks[0].delta
     if overall is not None and gate.min_recovery is not None:
         ratio = overall.candidate / overall.baseline if overall.baseline > 0 else math.nan
-        floors.append(GateOutcome(
-            f"{name}:recovery", "pass" if ratio >= gate.min_recovery else "fail",
+        floors.append(GateOutcome.of(
+            replace(name, check="recovery"), "pass" if ratio >= gate.min_recovery else "fail",
             f"candidate/baseline {overall.candidate:.3f}/{overall.baseline:.3f} = {ratio:.3f} "
             f"(min {gate.min_recovery})", gate.min_recovery, ratio))
     if overall is not None and gate.min_value is not None:
-        floors.append(GateOutcome(
-            f"{name}:floor", "pass" if overall.candidate >= gate.min_value else "fail",
+        floors.append(GateOutcome.of(
+            replace(name, check="floor"), "pass" if overall.candidate >= gate.min_value else "fail",
             f"candidate {gate.metric} {overall.candidate:.3f} (min {gate.min_value})",
             gate.min_value, overall.candidate))
     return checks, floors
@@ -140,7 +141,7 @@ def _judge_paired(checks: list[_PairedCheck], policy: GatePolicy) -> list[GateOu
                   f"[{d.ci_low:+.3f}, {d.ci_high:+.3f}] vs margin -{check.margin:.3f}; "
                   f"flips {d.flips_to_wrong} lost / {d.flips_to_right} gained, "
                   f"McNemar p={d.mcnemar_p:.3g}, n={d.n}{extra}")
-        outcomes.append(GateOutcome(check.label, status, detail, -check.margin, d.delta,
+        outcomes.append(GateOutcome.of(check.label, status, detail, -check.margin, d.delta,
                                     {**asdict(d), **strength,
                                      "constant_baseline": check.constant_baseline}))
     return outcomes
@@ -163,8 +164,8 @@ def _health_gate_checks(gate: HealthGate, ev: Evidence, compared: Comparisons
     names = gate.suites or sorted(n for n, r in ev.base_suites.items()
                                   if r.generates and n in ev.cand_suites)
     if not names:
-        return [], [GateOutcome("health", "not_applicable", "no suite of this run generates "
-                                "text")]
+        return [], [GateOutcome.of(GateId("health"), "not_applicable",
+                                   "no suite of this run generates text")]
     checks: list[_PairedCheck] = []
     outcomes: list[GateOutcome] = []
     measured = []
@@ -172,13 +173,13 @@ def _health_gate_checks(gate: HealthGate, ev: Evidence, compared: Comparisons
         base, cand = ev.base_suites.get(name), ev.cand_suites.get(name)
         if base is not None and cand is not None and not (_has_health(base)
                                                           and _has_health(cand)):
-            outcomes.append(GateOutcome(f"health:{name}", "fail", "no generation-health "
+            outcomes.append(GateOutcome.of(GateId("health", name), "fail", "no generation-health "
                                         "evidence for this suite (recorded before health "
                                         "checks existed: measure it again; fail closed)"))
             continue
         rule = QualityGate(suite=name, metric="healthy", max_drop=gate.max_drop,
                            min_value=gate.min_value)
-        c, f = _paired_checks("health", rule, base, cand, compared, f"health:{name}")
+        c, f = _paired_checks("health", rule, base, cand, compared, GateId("health", name))
         checks += c
         outcomes += f
         if c and base is not None and cand is not None:
@@ -187,7 +188,7 @@ def _health_gate_checks(gate: HealthGate, ev: Evidence, compared: Comparisons
         rule = QualityGate(suite="(pooled)", metric="healthy", max_drop=gate.pooled_max_drop)
         c, f = _paired_checks("health", rule, _pooled([b for b, _ in measured]),
                               _pooled([c for _, c in measured]), compared,
-                              "health:(pooled)")
+                              GateId("health", "(pooled)"))
         checks += c
         outcomes += f
     return checks, outcomes
@@ -196,28 +197,28 @@ def _health_gate_checks(gate: HealthGate, ev: Evidence, compared: Comparisons
 def _memory_outcome(gate: MemoryGate, ev: Evidence) -> GateOutcome:
     bound = "max" if gate.max_ratio is not None else "min"
     limit = float(gate.max_ratio if gate.max_ratio is not None else gate.min_ratio or 0)
-    name = f"memory:{gate.metric}:{bound}_ratio"
+    name = GateId("memory", gate.metric, check=f"{bound}_ratio")
     base, cand = ev.base_headroom, ev.cand_headroom
     at = [role for role, figures in ev.unmeasured.items() if gate.metric in figures]
     if at:
         where = f"{gate.metric} cannot be measured at the {' and '.join(at)}'s endpoint"
         if gate.at_endpoints == "not_applicable":
-            return GateOutcome(name, "not_applicable", f"{where} (policy: at_endpoints: "
+            return GateOutcome.of(name, "not_applicable", f"{where} (policy: at_endpoints: "
                                "not_applicable)")
-        return GateOutcome(name, "fail", f"{where} (fail closed; a policy that accepts this "
+        return GateOutcome.of(name, "fail", f"{where} (fail closed; a policy that accepts this "
                            "marks the gate at_endpoints: not_applicable)")
     bv, cv = float(base.get(gate.metric) or math.nan), float(cand.get(gate.metric) or math.nan)
     value = ratio(bv, cv)
     if math.isnan(value):
-        return GateOutcome(name, "fail", f"{gate.metric} not measured (fail closed)")
+        return GateOutcome.of(name, "fail", f"{gate.metric} not measured (fail closed)")
     ok = value <= limit if bound == "max" else value >= limit
-    return GateOutcome(name, "pass" if ok else "fail",
+    return GateOutcome.of(name, "pass" if ok else "fail",
                        f"{gate.metric} {bv:.0f} -> {cv:.0f}, ratio {value:.3f} ({bound} {limit})",
                        limit, value, {"baseline": bv, "candidate": cv})
 
 
 def _fidelity_outcomes(gate: FidelityGate, ev: Evidence) -> list[GateOutcome]:
-    name = f"fidelity:{gate.suite}"
+    name = GateId("fidelity", gate.suite)
     out = []
     token_level = ev.fidelity.get(gate.suite) or {}
     agreement = token_level.get("agreement") or {}
@@ -229,26 +230,25 @@ def _fidelity_outcomes(gate: FidelityGate, ev: Evidence) -> list[GateOutcome]:
             continue
         value = token_level.get(key, agreement.get(key))
         if value is None:
-            out.append(GateOutcome(f"{name}:{key}", "fail", f"{key} of {gate.suite!r} not "
-                                   "measured (fail closed" + (": a run recorded before "
-                                   "generation agreement existed, or with agreement_tokens 0"
-                                   if key in ("identical_share", "prefix_agreement") else "")
-                                   + ")"))
+            why = (": a run recorded before generation agreement existed, or with "
+                   "agreement_tokens 0" if key in ("identical_share", "prefix_agreement") else "")
+            out.append(GateOutcome.of(replace(name, check=key), "fail",
+                                      f"{key} of {gate.suite!r} not measured (fail closed{why})"))
             continue
         ok = value <= bound if better == "max" else value >= bound
-        out.append(GateOutcome(f"{name}:{key}", "pass" if ok else "fail",
+        out.append(GateOutcome.of(replace(name, check=key), "pass" if ok else "fail",
                                f"{key} {value:.4f} ({better} {bound})", bound, value))
     if gate.max_flip_rate is not None:
         base, cand = ev.base_suites.get(gate.suite), ev.cand_suites.get(gate.suite)
         b, c = paired_scores(base, cand) if base and cand else ([], [])
         if not b:
-            out.append(GateOutcome(f"{name}:flip_rate", "fail", f"no paired items of "
-                                   f"{gate.suite!r} (fail closed)"))
+            out.append(GateOutcome.of(replace(name, check="flip_rate"), "fail",
+                                      f"no paired items of {gate.suite!r} (fail closed)"))
         else:
             lost, gained = count_flips(np.asarray(b), np.asarray(c))
             rate = (lost + gained) / len(b)
-            out.append(GateOutcome(
-                f"{name}:flip_rate", "pass" if rate <= gate.max_flip_rate else "fail",
+            out.append(GateOutcome.of(
+                replace(name, check="flip_rate"), "pass" if rate <= gate.max_flip_rate else "fail",
                 f"{lost} lost + {gained} gained of {len(b)} = {rate:.3f} "
                 f"(max {gate.max_flip_rate})", gate.max_flip_rate, rate,
                 {"lost": lost, "gained": gained, "paired": len(b)}))
@@ -257,15 +257,15 @@ def _fidelity_outcomes(gate: FidelityGate, ev: Evidence) -> list[GateOutcome]:
 
 def _slo_outcome(gate: SLOGate, ev: Evidence) -> GateOutcome:
     where = gate.level or "heaviest"
-    name = f"slo@{where}"
+    name = GateId("slo", level=where)
     if ev.device not in gate.devices:
-        return GateOutcome(name, "not_applicable", f"judges {', '.join(gate.devices)} "
+        return GateOutcome.of(name, "not_applicable", f"judges {', '.join(gate.devices)} "
                            f"measurements; this run is {ev.device}")
     levels = ev.cand_load.levels if ev.cand_load else []
     level = (levels[-1] if levels else None) if gate.level is None else next(
         (lv for lv in levels if lv.key == gate.level), None)
     if level is None or not level.slo:
-        return GateOutcome(name, "fail", f"no SLO figures at level {where} (fail closed: "
+        return GateOutcome.of(name, "fail", f"no SLO figures at level {where} (fail closed: "
                            "the load profile must declare an SLO and run that level)")
     problems = [] if level.slo.get("meets_slo") else [
         f"p99 TTFT {level.ttft_ms['p99']:.0f} ms / TPOT {level.tpot_ms['p99']:.1f} ms vs "
@@ -275,7 +275,7 @@ def _slo_outcome(gate: SLOGate, ev: Evidence) -> GateOutcome:
         problems.append(f"attainment {level.slo['attainment']:.3f} < {gate.min_attainment}")
     detail = (f"candidate at {level.key}: " + ("; ".join(problems) if problems else
               f"meets the SLO, attainment {level.slo['attainment']:.3f}"))
-    return GateOutcome(f"slo@{level.key}", "fail" if problems else "pass", detail,
+    return GateOutcome.of(GateId("slo", level=level.key), "fail" if problems else "pass", detail,
                        gate.min_attainment, level.slo["attainment"], dict(level.slo))
 
 

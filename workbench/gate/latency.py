@@ -8,6 +8,7 @@ data, which does not.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -17,7 +18,7 @@ import numpy as np
 from scipy import stats
 
 from workbench.config.gate_policy import LATENCY_METRICS, GatePolicy, LatencyGate
-from workbench.gate.evidence import Evidence, GateOutcome
+from workbench.gate.evidence import Evidence, GateId, GateOutcome
 from workbench.loadtest.results import LevelResult, LoadResult, per_request_ms
 
 __all__ = ["MIN_TAIL", "Judgement", "latency_judgement", "latency_outcomes", "level_value", "ratio",
@@ -123,19 +124,19 @@ def latency_outcomes(gate: LatencyGate, ev: Evidence, policy: GatePolicy, seed: 
                       ) -> list[GateOutcome]:
     bound = "max" if gate.max_ratio is not None else "min"
     limit = float(gate.max_ratio if gate.max_ratio is not None else gate.min_ratio or 0)
-    name = f"latency:{gate.metric}:{bound}_ratio"
+    name = GateId("latency", gate.metric, check=f"{bound}_ratio")
     base, cand = ev.base_load, ev.cand_load
     if ev.device not in gate.devices:
-        return [GateOutcome(name, "not_applicable", f"judges {', '.join(gate.devices)} "
+        return [GateOutcome.of(name, "not_applicable", f"judges {', '.join(gate.devices)} "
                             f"measurements; this run is {ev.device}")]
     if base is None or cand is None or not base.levels:
-        return [GateOutcome(name, "fail", "load-test results missing (fail closed)")]
+        return [GateOutcome.of(name, "fail", "load-test results missing (fail closed)")]
     outcomes = []
     for blevel in base.levels:
-        label = f"{name}@{blevel.key}"
+        label = dataclasses.replace(name, level=blevel.key)
         clevel = cand.level(blevel.key)
         if clevel is None:
-            outcomes.append(GateOutcome(label, "fail", "candidate level missing (fail closed)"))
+            outcomes.append(GateOutcome.of(label, "fail", "candidate level missing (fail closed)"))
             continue
         bv, cv = level_value(blevel, gate.metric), level_value(clevel, gate.metric)
         value = ratio(bv, cv)
@@ -159,7 +160,7 @@ def latency_outcomes(gate: LatencyGate, ev: Evidence, policy: GatePolicy, seed: 
         status = latency_judgement(value, interval, limit, bound)
         detail = (f"{gate.metric} {bv:.2f} -> {cv:.2f}, ratio {value:.3f}{shown} "
                   f"({bound} {limit})")
-        outcomes.append(GateOutcome(label, status, detail, limit, value, {
+        outcomes.append(GateOutcome.of(label, status, detail, limit, value, {
             "baseline": bv, "candidate": cv,
             "ratio_interval": list(interval) if interval else None,
             "baseline_rounds": rounds[0], "candidate_rounds": rounds[1]}))

@@ -18,7 +18,7 @@ from workbench.config.gate_policy import GatePolicy, load_gate_policy
 from workbench.gate.verdict import judge
 from workbench.mechanisms.errors import InputError
 from workbench.record.build import suite_pairs
-from workbench.record.decision import DecisionRecord
+from workbench.record.decision import SCHEMA_VERSION, DecisionRecord
 from workbench.record.render import render_markdown, render_summary
 from workbench.record.store import POLICY_FILE, load_record, stored_measurement
 
@@ -38,6 +38,7 @@ def regate(run_dir: Path, policy_path: Path | None = None) -> tuple[DecisionReco
     report = judge(policy, path, base, cand, rec.fidelity, rec.device.get("kind", "cpu"),
                    run_dir, int(rec.seeds.get("run", 0)))
     rec.gates, rec.decision, rec.policy = report.gates, report.decision, report.policy
+    rec.schema_version = SCHEMA_VERSION  # written anew in the current shape
     if base is not None and cand is not None:
         rec.suites = suite_pairs(base.suites, cand.suites, report.suites)
     return rec, policy

@@ -31,9 +31,9 @@ from workbench.record.sections import (
 __all__ = ["SCHEMA_VERSION", "SEVERITY", "DecisionRecord", "Role", "Sampling", "gate_counts",
            "host_facts", "quantization_metrics", "record_metrics", "worst_first"]
 
-# 4: endpoints, hub commit, per-device cost, unmeasurable figures null; 3: every section
+# 5: each gate names itself by its parts (id), not only as text; 4: endpoints, hub commit, per-device cost, unmeasurable figures null; 3: every section
 # typed below the top level; 2: policy, plots, kernels
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 
 class Sampling(TypedDict):
@@ -120,8 +120,10 @@ def record_metrics(rec: DecisionRecord) -> dict[str, float]:
             if k in f.get("agreement", {}):
                 out[f"fidelity.{name}.{k}"] = f["agreement"][k]
     for g in rec.gates:
-        if g.value is not None and g.gate.startswith("quality:"):
-            out[f"delta.{g.gate.removeprefix('quality:').replace('[', '.').rstrip(']')}"] = g.value
+        gate = g.identity
+        if g.value is not None and gate.section == "quality" and not gate.check:
+            name = ".".join(p for p in (gate.subject, gate.metric, gate.slice) if p)
+            out[f"delta.{name}"] = g.value
     return out
 
 

@@ -16,9 +16,16 @@ from pathlib import Path
 from workbench.mechanisms.json_schema import published_schema
 from workbench.record.decision import SCHEMA_VERSION, DecisionRecord
 
-__all__ = ["SCHEMA_FILE", "decision_schema", "validate_record"]
+__all__ = ["SCHEMA_FILE", "decision_schema", "schema_file", "validate_record"]
 
-SCHEMA_FILE = Path(__file__).with_name(f"decision-v{SCHEMA_VERSION}.schema.json")
+
+def schema_file(version: int = SCHEMA_VERSION) -> Path:
+    """The published schema of a record version; older ones stay so that a stored record
+    is checked against the schema it was written under (a stored record is a contract)."""
+    return Path(__file__).with_name(f"decision-v{version}.schema.json")
+
+
+SCHEMA_FILE = schema_file()
 
 
 def decision_schema() -> dict:

@@ -16,7 +16,7 @@ from workbench.measure.measurement import MEASUREMENT_FILE, Measurement
 from workbench.mechanisms.errors import InputError
 from workbench.mechanisms.files import read_json
 from workbench.record.decision import DecisionRecord
-from workbench.record.schema import SCHEMA_FILE
+from workbench.record.schema import SCHEMA_FILE, schema_file
 
 __all__ = ["POLICY_FILE", "load_record", "stored_measurement"]
 
@@ -33,13 +33,17 @@ def load_record(run_dir: Path) -> DecisionRecord:
     if not file.is_file():
         raise InputError(f"{run_dir}: no decision.json (not a finished run folder)")
     data = read_json(file)
-    schema = json.loads(SCHEMA_FILE.read_text())
+    version = data.get("schema_version") if isinstance(data, dict) else None
+    published = schema_file(version) if isinstance(version, int) else SCHEMA_FILE
+    if not published.is_file():
+        published = SCHEMA_FILE  # an unknown version: judged by the current schema
+    schema = json.loads(published.read_text())
     error = jsonschema.exceptions.best_match(
         jsonschema.Draft202012Validator(schema).iter_errors(data))
     if error is not None:
         raise InputError(f"{file}: {_field_path(tuple(error.absolute_path))}: "
                          f"{error.message[:200]} (not a record this workbench wrote: "
-                         f"{SCHEMA_FILE.name})")
+                         f"{published.name})")
     data.pop("exit_code", None)
     data["gates"] = [_stored(file, f"gates.{i}", GateOutcome, g)
                      for i, g in enumerate(data.get("gates", []))]

@@ -122,12 +122,7 @@ class SweepRecord:
 
 
 def _gated_suites(rec: DecisionRecord) -> set[str]:
-    out = set()
-    for g in rec.gates:
-        section, _, rest = g.gate.partition(":")
-        if section in GATED_SECTIONS:
-            out.add(rest.split("[")[0].split(":")[0])
-    return out
+    return {g.identity.subject for g in rec.gates if g.identity.section in GATED_SECTIONS}
 
 
 def _level(load: dict, key: str | None) -> dict | None:
