@@ -31,7 +31,8 @@ from workbench.record.sections import (
 __all__ = ["SCHEMA_VERSION", "SEVERITY", "DecisionRecord", "Role", "Sampling", "gate_counts",
            "host_facts", "quantization_metrics", "record_metrics", "worst_first"]
 
-# 5: each gate names itself by its parts (id), not only as text; 4: endpoints, hub commit, per-device cost, unmeasurable figures null; 3: every section
+# 5: each gate names itself by its parts (id), not only as text; 4: endpoints, hub commit,
+# per-device cost, unmeasurable figures null; 3: every section
 # typed below the top level; 2: policy, plots, kernels
 SCHEMA_VERSION = 5
 
