@@ -4,7 +4,7 @@
 
 For every paired gate of the config's policy (quality, safety, structured, health), at the
 number of items the config's profile runs: the smallest drop the gate could detect when
-nothing changed (no flips: workbench.gate.gates.evidence_strength, as the record reports it),
+nothing changed (no flips: workbench.gate.paired.evidence_strength, as the record reports it),
 and, by simulation, how often an A/A run passes, is inconclusive or fails when the re-run
 flips a share of items either way (a candidate identical in truth: greedy decoding that is
 not bit-exact across engine sessions). Prints a Markdown table (docs/gates.md).

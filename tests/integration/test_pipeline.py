@@ -77,6 +77,11 @@ def check_mlflow_layout(tmp_path: Path, parent, record: dict) -> None:
                                               output_format="list")
                 if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
     assert sorted(c.info.run_name for c in children) == ["baseline", "candidate"]
+    # the runs table tells runs apart: candidate, decision and why; decision.md as its page
+    assert parent.info.run_name.startswith(f"int4 · {record['decision']} · ")
+    assert parent.data.tags["mlflow.note.content"].startswith("# Decision: ")
+    assert parent.data.metrics["gates.fail"] == sum(g["status"] == "fail"
+                                                    for g in record["gates"])
     client = mlflow.MlflowClient()
     for child in children:
         assert "arithmetic.accuracy" in child.data.metrics
@@ -103,7 +108,7 @@ def test_quantise_serve_evaluate_gate_record(tiny_config: Path, tmp_path: Path, 
     assert record["decision"] in ("promote", "reject", "inconclusive")
     from workbench.record.schema import validate_record
 
-    validate_record(record)  # the published schema (workbench/record/ and workbench/sweep/)
+    validate_record(record)  # the published schema (workbench/record/)
     assert record["exit_code"] == first.returncode
     assert (record_file.parent / "decision.md").read_text().startswith("# Decision")
     assert record["sampling"]["temperature"] == 0.0 and record["sampling"]["seed"] == 0

@@ -11,7 +11,7 @@ from workbench.config.run_config import TrackingConfig
 from workbench.gate.evidence import GateOutcome
 from workbench.record.decision import DecisionRecord
 from workbench.record.render import render_markdown
-from workbench.tracking.run_log import log_run, run_name
+from workbench.tracking.run_log import DESCRIPTION_LIMIT, description, log_run, run_name
 from workbench.tracking.tracker import Tracker
 
 
@@ -75,3 +75,23 @@ def test_a_logged_run_reads_at_a_glance_in_the_runs_table(tmp_path: Path) -> Non
     assert (run.data.metrics["gates.fail"], run.data.metrics["gates.pass"],
             run.data.metrics["gates.inconclusive"]) == (2.0, 1.0, 1.0)
     assert run.data.metrics["decision_code"] == 1.0
+
+
+def test_a_long_record_is_cut_to_fit_the_description_with_a_pointer_to_the_whole() -> None:
+    rec = _with_gates(record("promote"), "reject", ["fail"] * 400)
+    text = description(rec)
+    assert len(render_markdown(rec)) > DESCRIPTION_LIMIT >= len(text)
+    assert text.endswith("decision.md in the artifacts)")
+
+
+def test_a_run_that_fails_before_its_end_is_named_so(tmp_path: Path) -> None:
+    import mlflow
+
+    cfg = TrackingConfig(uri=f"sqlite:///{tmp_path / 'm.db'}", experiment="t")
+    try:
+        with Tracker(cfg, "int4 · running", {}):
+            raise RuntimeError("engine died")
+    except RuntimeError:
+        pass
+    (run,) = mlflow.search_runs(experiment_names=["t"], output_format="list")
+    assert (run.info.run_name, run.info.status) == ("int4 · failed", "FAILED")

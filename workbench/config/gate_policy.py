@@ -52,8 +52,8 @@ class QualityGate(StrictModel):
 
 
 class HealthGate(StrictModel):
-    """Generation health (evaluate/health.py) is non-inferior to the baseline's: on each
-    suite that generates text, and over all their items pooled."""
+    """Generation health (suites/scorers/generation_health.py) is non-inferior to the
+    baseline's: on each suite that generates text, and over all their items pooled."""
 
     max_drop: float = Field(ge=0, le=1, description="Largest tolerated loss of the healthy "
                                                     "share, per generating suite")

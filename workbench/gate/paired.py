@@ -193,12 +193,12 @@ class Comparisons:
     confidence: float
     resamples: int
     seed: int
-    _done: dict[tuple[str, str | None, str], Paired | None] = field(default_factory=dict)
+    _done: dict[tuple[int, int, str | None, str], Paired | None] = field(default_factory=dict)
 
     def of(self, base: SuiteResult, cand: SuiteResult, slice_name: str | None = None,
            metric: str = "score") -> Paired | None:
         """None when no item was answered by both with this metric."""
-        key = (base.suite, slice_name, metric)
+        key = (id(base), id(cand), slice_name, metric)  # the results live as long as this
         if key not in self._done:
             self._done[key] = self._compare(base, cand, slice_name, metric)
         return self._done[key]

@@ -79,10 +79,10 @@ def _keep_inputs(p: Plan, run_dir: Path) -> None:
 
 def _judge_and_record(p: Plan, pair: MeasuredPair, run_dir: Path, tracker: Tracker,
                       started: float) -> DecisionRecord:
-    fidelity = token_fidelity(p.suites, run_dir)
-    report = judge(p.policy, p.cfg.resolve(p.cfg.gates), pair.baseline, pair.candidate,
-                   fidelity, p.device, run_dir, p.cfg.seed)
     with stage("record", run_dir):
+        fidelity = token_fidelity(p.suites, run_dir)
+        report = judge(p.policy, p.cfg.resolve(p.cfg.gates), pair.baseline, pair.candidate,
+                       fidelity, p.device, run_dir, p.cfg.seed)
         rec = build_record(p, pair, report, fidelity, run_dir, mlflow_section(tracker))
         write_record(run_dir, rec)
         write_json(run_dir / "timing.json",

@@ -12,6 +12,7 @@ from rich.console import Console
 from workbench.config.run_config import load_config
 from workbench.mechanisms.errors import InfraError, InputError
 from workbench.plan.checks import tracking_problems
+from workbench.record.decision import SCHEMA_VERSION
 from workbench.record.render import write_record
 from workbench.record.sections import MlflowSection
 from workbench.record.store import load_record, stored_measurement
@@ -58,5 +59,6 @@ def log_stored_run(run_dir: Path, console: Console) -> None:
     rec.mlflow["logged_later"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
     if registry is not None:
         rec.mlflow["registry"] = registry
+    rec.schema_version = SCHEMA_VERSION  # written anew by this version (v4 gates: id null)
     write_record(run_dir, rec)
     console.print(f"logged {run_dir} to MLflow run {tracker.run_id} ({tracker.uri})")

@@ -122,9 +122,9 @@ def record_metrics(rec: DecisionRecord) -> dict[str, float]:
                 out[f"fidelity.{name}.{k}"] = f["agreement"][k]
     for g in rec.gates:
         gate = g.identity
-        if g.value is not None and gate.section == "quality" and not gate.check:
+        if g.value is not None and gate.section == "quality":
             name = ".".join(p for p in (gate.subject, gate.metric, gate.slice) if p)
-            out[f"delta.{name}"] = g.value
+            out[f"delta.{name}" + (f":{gate.check}" if gate.check else "")] = g.value
     return out
 
 

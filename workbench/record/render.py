@@ -339,7 +339,7 @@ def write_junit(rec: DecisionRecord, path: Path) -> Path:
                        tests=str(len(rec.gates)))
     failures = skipped = 0
     for g in rec.gates:
-        section = g.identity.section
+        section = g.gate.split(":", 1)[0]  # JUnit's class: what CI dashboards group by
         case = ET.SubElement(suite, "testcase", classname=f"gates.{section}", name=g.gate)
         if g.status == "fail" or (g.status == "inconclusive" and blocks):
             failures += 1

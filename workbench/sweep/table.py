@@ -122,7 +122,10 @@ class SweepRecord:
 
 
 def _gated_suites(rec: DecisionRecord) -> set[str]:
-    return {g.identity.subject for g in rec.gates if g.identity.section in GATED_SECTIONS}
+    """The suites whose score a gate judges (a gate on another per-item metric, such as
+    schema_valid, does not make the suite's score part of the quality retained)."""
+    return {g.identity.subject for g in rec.gates
+            if g.identity.section in GATED_SECTIONS and g.identity.metric is None}
 
 
 def _level(load: dict, key: str | None) -> dict | None:

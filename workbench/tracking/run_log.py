@@ -19,12 +19,14 @@ from workbench.record.render import render_markdown
 from workbench.record.sections import MlflowSection
 from workbench.tracking.tracker import Tracker
 
-__all__ = ["DESCRIPTION_TAG", "RUN_NAME_TAG", "log_run", "mlflow_section", "run_name", "run_params",
-           "tracker_for", "tracking_line"]
+__all__ = ["DESCRIPTION_LIMIT", "DESCRIPTION_TAG", "RUN_NAME_TAG", "TRUNCATED", "description",
+           "log_run", "mlflow_section", "run_name", "run_params", "tracker_for", "tracking_line"]
 
 # MLflow's own tags for a run's name and its description (shown above the run's page)
 RUN_NAME_TAG = "mlflow.runName"
 DESCRIPTION_TAG = "mlflow.note.content"
+DESCRIPTION_LIMIT = 8000
+TRUNCATED = "\n\n… (cut to fit MLflow's limit; the whole record: decision.md in the artifacts)"
 
 
 def tracker_for(cfg: RunConfig, label: str, tags: dict[str, str], console: Console,
@@ -70,6 +72,16 @@ def run_name(rec: DecisionRecord) -> str:
     return f"{rec.candidate} · {rec.decision} · {why}"
 
 
+def description(rec: DecisionRecord) -> str:
+    """decision.md for the run's page, within what MLflow keeps of a tag value (8,000
+    characters); the whole record is among the run's artifacts."""
+    text = render_markdown(rec)
+    if len(text) <= DESCRIPTION_LIMIT:
+        return text
+    cut = text[:DESCRIPTION_LIMIT - len(TRUNCATED)].rsplit("\n", 1)[0]
+    return cut + TRUNCATED
+
+
 def mlflow_section(tracker: Tracker) -> MlflowSection:
     out = MlflowSection(tracking_uri=tracker.uri, run_id=tracker.run_id,
                         experiment_id=tracker.experiment_id, ui=tracker.ui_link())
@@ -93,7 +105,7 @@ def log_run(tracker: Tracker, rec: DecisionRecord, sides: dict[str, Measurement]
         metrics.update({f"{role}.{k}": v for k, v in m.metrics().items()})
     tracker.log_metrics(metrics)
     tracker.set_tags({"decision": rec.decision, "gates": gate_counts(rec),
-                      RUN_NAME_TAG: run_name(rec), DESCRIPTION_TAG: render_markdown(rec)})
+                      RUN_NAME_TAG: run_name(rec), DESCRIPTION_TAG: description(rec)})
     tracker.log_suites(suites)
     for role, m in sides.items():
         with tracker.nested(role, {"role": role, "model_path": m.server.model_path}):

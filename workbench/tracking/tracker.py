@@ -279,4 +279,7 @@ class Tracker:
 
         if failure is not None:
             mlflow.set_tag("failure", failure[:5000])
+            if self.run_name.endswith(" · running"):  # named at its end, which never came
+                mlflow.set_tag("mlflow.runName", self.run_name.removesuffix(" · running")
+                               + (" · interrupted" if status == "KILLED" else " · failed"))
         mlflow.end_run(status)
