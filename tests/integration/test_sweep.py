@@ -209,10 +209,13 @@ def check_mlflow(tmp_path: Path, record: dict) -> None:
     # the link the record gives opens the experiment on its runs, the sweep's parent first
     assert record["mlflow"]["ui"].endswith("/runs?workflowType=machine_learning")
     runs_page = ui_dom(tmp_path / "mlflow.db", [record["mlflow"]["ui"]])[0]
-    assert "tiny-llama:sweep" in runs_page and "Run Name" in runs_page
+    # runs named so that the table tells them apart: the sweep and what it recommends, each
+    # candidate with its decision
+    best = record["recommendation"]["candidate"]
+    assert f"sweep · 3 candidates · recommends {best}" in runs_page and "Run Name" in runs_page
     dom = compare_page_dom(tmp_path / "mlflow.db", experiment.experiment_id,
                            [parent.info.run_id, *(r.info.run_id for r in children)])
-    assert "tiny-llama:sweep" in dom and "tiny-llama:broken" in dom
+    assert "sweep · 3 candidates" in dom and "broken · reject · " in dom
     assert ">reject<" in dom and ">promote<" in dom  # the decision tags, side by side
 
 
