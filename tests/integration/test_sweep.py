@@ -6,8 +6,8 @@ The A/A candidate is promoted; the broken one is rejected, names the gate it fai
 is never on the front nor recommended. The sweep is interrupted once and resumes
 measuring only what is missing; run again with nothing changed it measures nothing and
 reproduces the same sweep record. MLflow holds a parent run with a child per candidate and
-the recommended version's alias, and the UI shows them. Then the A/A and the broken
-candidate fanned out on Ray (a local head, two tasks in parallel) reach the serial sweep's
+the recommended version's alias, and the UI shows them. In the slow tier, the A/A and the
+broken candidate fanned out on Ray (a local head, two tasks in parallel) reach the same
 decisions, logged to a shared MLflow server on PostgreSQL.
 """
 
@@ -107,14 +107,10 @@ def comparable(record: dict) -> str:
     return json.dumps({**kept, "rows": rows}, sort_keys=True)
 
 
-def test_sweep_ranks_rejects_the_broken_resumes_reproduces_and_fans_out(
+def test_sweep_ranks_rejects_the_broken_resumes_and_reproduces(
         tiny_model: Path, broken_model: Path, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    (tmp_path / "gates.yaml").write_text(GATES)
-    config = tmp_path / "sweep.yaml"
-    config.write_text(CONFIG.format(broken=broken_model, repo=REPO))
-    monkeypatch.setenv("HF_HUB_CACHE", str(hub_cache(tiny_model, tmp_path / "hub")))
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    config = _sweep_config(tiny_model, broken_model, tmp_path, monkeypatch)
 
     # 1. interrupted once the A/A candidate is done, while int4 is being built
     proc = sweep(tmp_path, config)
@@ -175,8 +171,26 @@ def test_sweep_ranks_rejects_the_broken_resumes_reproduces_and_fans_out(
 
     check_mlflow(tmp_path, again)
 
-    # 4. fanned out on Ray, logged to a shared tracking server: the serial decisions
-    fanned_out(tmp_path, config, {r["candidate"]: r["decision"] for r in again["rows"]})
+
+def _sweep_config(tiny_model: Path, broken_model: Path, tmp_path: Path,
+                  monkeypatch: pytest.MonkeyPatch) -> Path:
+    (tmp_path / "gates.yaml").write_text(GATES)
+    config = tmp_path / "sweep.yaml"
+    config.write_text(CONFIG.format(broken=broken_model, repo=REPO))
+    monkeypatch.setenv("HF_HUB_CACHE", str(hub_cache(tiny_model, tmp_path / "hub")))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    return config
+
+
+@pytest.mark.slow
+def test_a_sweep_fanned_out_on_ray_reaches_the_serial_decisions(
+        tiny_model: Path, broken_model: Path, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The A/A and the broken candidate fanned out on Ray, logged to a shared tracking
+    server: the decisions the serial sweep reaches (the test above), A/A promoted and the
+    broken candidate rejected."""
+    config = _sweep_config(tiny_model, broken_model, tmp_path, monkeypatch)
+    fanned_out(tmp_path, config, {"same": "promote", "broken": "reject"})
 
 
 def check_mlflow(tmp_path: Path, record: dict) -> None:
