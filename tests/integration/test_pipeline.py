@@ -31,6 +31,7 @@ suites: [arithmetic, commonsenseqa, humaneval, heldout-text, advbench, bfcl-simp
 profile: smoke
 load:
   profile: tiny
+  rounds: 1   # one engine session per model: test_looping_candidate judges two interleaved
   profiles:
     tiny: {{concurrency: [1, 4], num_prompts: 8, prompt_tokens: 32, output_tokens: 16,
            warmup_prompts: 1, slo: {{ttft_p99_ms: 60000, tpot_p99_ms: 60000}}}}
