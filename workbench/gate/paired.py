@@ -10,7 +10,6 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 import numpy as np
-from scipy import stats
 from typing_extensions import TypedDict
 
 from workbench.suites.results import ItemResult, SuiteResult
@@ -47,6 +46,8 @@ def count_flips(base: np.ndarray, cand: np.ndarray) -> tuple[int, int]:
 def _bootstrap_means(d: np.ndarray, confidence: float, resamples: int, seed: int
                      ) -> tuple[float, float, np.ndarray]:
     """Percentile interval of the mean paired difference, and the resampled means."""
+    from scipy import stats  # 0.8 s to import: loaded when judging (docs/architecture.md)
+
     if np.all(d == d[0]):  # every pair moved alike: the interval is that point
         return float(d[0]), float(d[0]), np.full(1, d[0])
     res = stats.bootstrap((d,), np.mean, confidence_level=confidence, n_resamples=resamples,
@@ -59,6 +60,8 @@ def paired_delta_and_means(base: list[float], cand: list[float], confidence: flo
                            resamples: int, seed: int) -> tuple[PairedDelta, np.ndarray]:
     """The paired delta (its one-sided p not yet known: it needs a margin) and the
     bootstrap distribution of the mean difference."""
+    from scipy import stats  # 0.8 s to import: loaded when judging (docs/architecture.md)
+
     b, c = np.asarray(base, dtype=float), np.asarray(cand, dtype=float)
     d = c - b
     low, high, means = _bootstrap_means(d, confidence, resamples, seed)
@@ -90,6 +93,8 @@ def evidence_strength(d: PairedDelta, margin: float, confidence: float,
     in n, so a run with no flips still says how few items it had (rule-of-three-like).
     items_to_decide (inconclusive only): roughly how many more paired items would bring
     the interval, at the observed change and spread, to one side of the margin."""
+    from scipy import stats  # 0.8 s to import: loaded when judging (docs/architecture.md)
+
     z = stats.norm.ppf(1 - (1 - confidence) / 2)
     sd = max(d.sd if not math.isnan(d.sd) else 0.0, math.sqrt(1 / d.n))
     detectable = (z + stats.norm.ppf(POWER)) * sd / math.sqrt(d.n)

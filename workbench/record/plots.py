@@ -8,12 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")  # files only: no display on CI runners or servers
-import matplotlib.pyplot as plt  # noqa: E402 (the backend must be chosen first)
-
 from workbench.loadtest.results import LoadResult
+from workbench.mechanisms.plotting import pyplot
 
 __all__ = ["COLOURS", "LATENCY_PLOT", "PANELS", "STYLES", "plot_latency_vs_throughput"]
 
@@ -26,6 +22,7 @@ COLOURS = {"baseline": "#1f77b4", "candidate": "#d62728"}
 def plot_latency_vs_throughput(loads: dict[str, LoadResult], title: str, path: Path) -> Path:
     """One panel per latency: p50 (solid) and p99 (dashed) against output tokens/s, each
     point labelled with its level; baseline and candidate on the same axes."""
+    plt = pyplot()
     fig, axes = plt.subplots(1, len(PANELS), figsize=(5 * len(PANELS), 4.2),
                              constrained_layout=True)
     for ax, (metric, ylabel) in zip(axes, PANELS, strict=True):

@@ -4,17 +4,14 @@ Pareto picture (quality retained against the policy's objective, a point per can
 
 from __future__ import annotations
 
-import matplotlib
-
-matplotlib.use("Agg")  # files only: no display on CI runners or servers
 from pathlib import Path
 
-import matplotlib.pyplot as plt  # noqa: E402 (the backend must be chosen first)
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from workbench.mechanisms.files import write_json
+from workbench.mechanisms.plotting import pyplot
 from workbench.sweep.table import (
     HIGHER_IS_BETTER,
     OBJECTIVE_LABEL,
@@ -111,6 +108,7 @@ def plot_pareto(record: SweepRecord, out: Path) -> Path | None:
     baseline's efficiency as a vertical reference. None when nothing was judged."""
 
 
+    plt = pyplot()
     judged = [r for r in record.rows if r.quality is not None and r.efficiency is not None]
     if not judged:
         return None
