@@ -110,7 +110,7 @@ def main() -> None:
     """
 
 
-# Output paths are checked by the plan (plan/plan.py: one line, exit 2), not by click's usage errors.
+# Output paths are checked by the plan (plan/plan.py: one line, exit 2), not by click.
 junit_option = click.option("--junit", type=click.Path(path_type=Path),
                             default=None, help="Also write JUnit XML: one test case per gate.")
 summary_option = click.option("--summary", type=click.Path(path_type=Path),
