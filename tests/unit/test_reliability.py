@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 
 from workbench.loadtest import bench as loadtest
+from workbench.loadtest import client as client_module
 from workbench.loadtest.bench import Watchdog
+from workbench.loadtest.client import LoadClient
 from workbench.mechanisms import cache_entry
 from workbench.mechanisms.errors import InfraError
 
@@ -62,25 +64,57 @@ def test_watchdog_passes_on_a_dead_engine_as_dead() -> None:
 
 
 def test_the_load_client_is_stopped_when_the_watchdog_fires(tmp_path: Path) -> None:
-    """_bench runs the client under the watchdog and never lets it outlive the call."""
-    raw = tmp_path / "raw.json"
-    script = "import time; time.sleep(60)"
+    """A run abandoned by the watchdog stops the client: it never outlives the call."""
+    script = "import sys, time; sys.stdin.readline(); time.sleep(60)  # wb-hung-client"
     calls = []
 
     def watch() -> None:
         calls.append(time.monotonic())
         raise InfraError("engine hung: test")
 
-    loadtest.WATCH_INTERVAL_S, saved = 0.5, loadtest.WATCH_INTERVAL_S
+    client_module.WATCH_INTERVAL_S, saved = 0.5, client_module.WATCH_INTERVAL_S
     try:
         started = time.monotonic()
-        with pytest.raises(InfraError, match="engine hung"):
-            loadtest._bench([sys.executable, "-c", script], tmp_path / "log", raw, "x", watch)
-        assert time.monotonic() - started < 10
+        with LoadClient(tmp_path / "client.log", [sys.executable, "-c", script]) as client, \
+                pytest.raises(InfraError, match="engine hung"):
+            client.run(["--x"], tmp_path / "log", tmp_path / "raw.json", "x", watch)
+        assert time.monotonic() - started < 10 and len(calls) == 1
     finally:
-        loadtest.WATCH_INTERVAL_S = saved
-    out = subprocess.run(["pgrep", "-f", script], capture_output=True, text=True).stdout
-    assert out.strip() == ""
+        client_module.WATCH_INTERVAL_S = saved
+    out = subprocess.run(["pgrep", "-f", "wb-hung-client"], capture_output=True, text=True)
+    assert out.stdout.strip() == ""
+
+
+# a stand-in for the benchmark worker's protocol: "ready", then per job one reply line;
+# the job's arguments say what it does (write results, fail, or die)
+WORKER = """
+import json, os, sys
+print(json.dumps({"ready": True}), flush=True)
+for line in sys.stdin:
+    job = json.loads(line)
+    what, raw = job["argv"]
+    if what == "die":
+        os._exit(7)
+    if what == "ok":
+        open(raw, "w").write(json.dumps({"pid": os.getpid()}))
+    print(json.dumps({"rc": 0 if what == "ok" else 1, "error": "" if what == "ok" else "bad"}),
+          flush=True)
+"""
+
+
+def test_one_load_client_takes_a_session_s_runs_in_turn(tmp_path: Path) -> None:
+    """Every run of a session goes to the same process; a failed run is named with its
+    log and the client goes on; a client that dies is an infrastructure error."""
+    with LoadClient(tmp_path / "client.log", [sys.executable, "-c", WORKER]) as client:
+        pids = {client.run(["ok", str(tmp_path / f"r{i}.json")], tmp_path / f"{i}.log",
+                           tmp_path / f"r{i}.json", f"run {i}")["pid"] for i in range(3)}
+        assert len(pids) == 1
+        with pytest.raises(InfraError, match=r"load test at c4 failed \(exit 1: bad\); see "):
+            client.run(["fail", "-"], tmp_path / "f.log", tmp_path / "none.json", "at c4")
+        assert client.run(["ok", str(tmp_path / "r9.json")], tmp_path / "9.log",
+                          tmp_path / "r9.json", "again")["pid"] in pids
+        with pytest.raises(InfraError, match="the load client exited"):
+            client.run(["die", "-"], tmp_path / "d.log", tmp_path / "none.json", "dies")
 
 
 def test_root_cause_skips_the_wrapper_that_points_elsewhere() -> None:

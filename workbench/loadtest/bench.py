@@ -13,8 +13,8 @@ level also keeps the engine's own view: the difference of two /metrics scrapes a
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-import json
 import subprocess
 import time
 from collections.abc import Callable
@@ -23,6 +23,7 @@ from pathlib import Path
 import httpx
 
 from workbench.config.run_config import LoadProfile
+from workbench.loadtest.client import WATCH_INTERVAL_S, LoadClient
 from workbench.loadtest.engine_metrics import parse_scrape, server_side_level
 from workbench.loadtest.results import (
     BOUNDARY,
@@ -42,15 +43,15 @@ from workbench.mechanisms.errors import InfraError
 from workbench.mechanisms.paths import engine_python, offline_env
 from workbench.mechanisms.processes import free_port, spawn, stop_group
 
-__all__ = ["GENERATOR_BOUNDARY", "MISSED_PROBES", "WATCH_INTERVAL_S", "Watchdog", "bench_command",
-           "bench_env", "generator_ceiling", "level_requests", "run_load_test"]
+__all__ = ["GENERATOR_BOUNDARY", "MISSED_PROBES", "Watchdog", "bench_args", "generator_ceiling",
+           "level_requests", "run_load_test"]
 
 
-def bench_command(base_url: str, served_name: str, tokenizer: Path, profile: LoadProfile,
-                  level: float, trace_file: Path, chunk: int, n: int, out_file: Path) -> list[str]:
-    """One `vllm bench serve` run of the requests in trace_file at one level."""
+def bench_args(base_url: str, served_name: str, tokenizer: Path, profile: LoadProfile,
+               level: float, trace_file: Path, chunk: int, n: int, out_file: Path) -> list[str]:
+    """One `vllm bench serve` run of the requests in trace_file at one level: the
+    arguments of `python -m workbench.subprocesses.vllm_bench` (client.py runs them)."""
     cmd = [
-        str(engine_python()), "-m", "workbench.subprocesses.vllm_bench",
         "--backend", "openai", "--base-url", base_url, "--endpoint", "/v1/completions",
         "--model", served_name, "--tokenizer", str(tokenizer),
         "--dataset-name", "timed_trace", "--dataset-path", str(trace_file),
@@ -86,7 +87,6 @@ def level_requests(profile: LoadProfile, trace: Path | None, max_model_len: int
     return draw_requests(profile, profile.requests_per_level or 16, profile.seed)
 
 
-WATCH_INTERVAL_S = 5.0
 MISSED_PROBES = 3  # /health unanswered this many times in a row (5 s timeout each): hung
 
 
@@ -134,35 +134,9 @@ class Watchdog:
             return None
 
 
-def _bench(cmd: list[str], log_file: Path, raw_file: Path, what: str,
-           watch: Callable[[], None] = lambda: None) -> dict:
-    """Run the load client, asking the watchdog every few seconds whether the engine is
-    still serving; the client runs in its own process group and never outlives this."""
-    proc = spawn(cmd, log_file, bench_env())
-    next_watch = time.monotonic() + WATCH_INTERVAL_S
-    try:
-        while proc.poll() is None:
-            time.sleep(0.2)
-            if time.monotonic() >= next_watch:
-                watch()
-                next_watch = time.monotonic() + WATCH_INTERVAL_S
-    finally:
-        if proc.poll() is None:
-            stop_group(proc, grace_s=2)
-    if proc.returncode != 0 or not raw_file.exists():
-        raise InfraError(f"load test {what} failed (exit {proc.returncode}); see {log_file}")
-    return json.loads(raw_file.read_text())
-
-
-def bench_env() -> dict[str, str]:
-    # The benchmark seeds each prompt chunk from hash() of a string: a fixed hash seed makes
-    # the prompts the same for the baseline and the candidate.
-    return {**offline_env(), "PYTHONHASHSEED": "0"}
-
-
-def _closed_loop(base_url: str, served_name: str, tokenizer: Path, profile: LoadProfile,
-                 requests: list[Request], concurrency: int, name: str, salt: int,
-                 out_dir: Path, watch: Callable[[], None] = lambda: None) -> dict:
+def _closed_loop(client: LoadClient, base_url: str, served_name: str, tokenizer: Path,
+                 profile: LoadProfile, requests: list[Request], concurrency: int, name: str,
+                 salt: int, out_dir: Path, watch: Callable[[], None] = lambda: None) -> dict:
     """The requests sent at once, `concurrency` in flight, outside the profile's levels (the
     warm-up, the generator's ceiling): its raw results, `bench-<name>.json`."""
     at_once = [dataclasses.replace(r, arrival_s=0.0) for r in requests]
@@ -171,25 +145,17 @@ def _closed_loop(base_url: str, served_name: str, tokenizer: Path, profile: Load
     closed = profile.model_copy(update={"concurrency": [concurrency], "request_rate": None,
                                         "trace": None, "max_duration_s": None})
     raw_file = out_dir / f"bench-{name}.json"
-    return _bench(bench_command(base_url, served_name, tokenizer, closed, concurrency,
-                                trace_file, chunk, len(at_once), raw_file),
-                  out_dir / f"bench-{name}.log", raw_file, name, watch)
-
-
-def _warm_up(base_url: str, served_name: str, tokenizer: Path, profile: LoadProfile,
-             requests: list[Request], out_dir: Path, watch: Callable[[], None]) -> None:
-    """Requests at the heaviest level before the first one, counted in no figure."""
-    warm = requests[:profile.warmup_prompts]
-    _closed_loop(base_url, served_name, tokenizer, profile, warm, len(warm), "warmup", 999,
-                 out_dir, watch)
+    return client.run(bench_args(base_url, served_name, tokenizer, closed, concurrency,
+                                 trace_file, chunk, len(at_once), raw_file),
+                      out_dir / f"bench-{name}.log", raw_file, name, watch)
 
 
 GENERATOR_BOUNDARY = ("the same requests, closed loop at the heaviest level's concurrency, "
                       "against a zero-work endpoint (workbench/subprocesses/zero_work_server.py)")
 
 
-def generator_ceiling(tokenizer: Path, profile: LoadProfile, requests: list[Request],
-                      out_dir: Path) -> GeneratorCeiling:
+def generator_ceiling(client: LoadClient, tokenizer: Path, profile: LoadProfile,
+                      requests: list[Request], out_dir: Path) -> GeneratorCeiling:
     """What the load generator alone can carry: the level's requests answered at once by a
     zero-work endpoint. A level whose throughput nears this measured the client, not the
     engine."""
@@ -200,7 +166,7 @@ def generator_ceiling(tokenizer: Path, profile: LoadProfile, requests: list[Requ
                  log_file, offline_env())
     try:
         _wait_for(f"http://127.0.0.1:{port}/health", proc, log_file)
-        raw = _closed_loop(f"http://127.0.0.1:{port}", "zero-work", tokenizer, profile,
+        raw = _closed_loop(client, f"http://127.0.0.1:{port}", "zero-work", tokenizer, profile,
                            requests, concurrency, "generator", 998, out_dir)
     finally:
         stop_group(proc, grace_s=0)
@@ -225,6 +191,38 @@ def _wait_for(url: str, proc: subprocess.Popen, log_file: Path, timeout_s: float
     raise InfraError(f"zero-work endpoint not up after {timeout_s:.0f}s; see {log_file}")
 
 
+def _level(client: LoadClient, base_url: str, served_name: str, tokenizer: Path,
+           profile: LoadProfile, requests: list[Request], index: int, out_dir: Path,
+           watch: Watchdog, check_engine: Callable[[], None],
+           scrape: Callable[[], str] | None) -> LevelResult:
+    """One level of the profile: its requests sent, the client's figures, the SLO's, and
+    the engine's own from the /metrics scrapes around it."""
+    value = profile.levels[index]
+    label = level_label(profile, value)
+    trace_file = out_dir / f"requests-{label}.jsonl"
+    chunk = write_timed_trace(requests, profile.shared_prefix_tokens, index, trace_file)
+    raw_file = out_dir / f"bench-{label}.json"
+    args = bench_args(base_url, served_name, tokenizer, profile, value, trace_file, chunk,
+                      len(requests), raw_file)
+    before = parse_scrape(scrape()) if scrape else None
+    watch.reset()
+    try:
+        raw = client.run(args, out_dir / f"bench-{label}.log", raw_file, f"at level {label}",
+                         watch)
+    finally:
+        check_engine()
+    level = parse_level(raw, profile, value, raw_file)
+    if profile.slo is not None:
+        level = dataclasses.replace(level, slo=slo_figures(raw, profile.slo))
+    if scrape and before:
+        server = server_side_level(before, parse_scrape(scrape()))
+        level = dataclasses.replace(level, server={"boundary": SERVER_BOUNDARY, **server})
+        level = dataclasses.replace(level, agreement=agreement(level))
+    if level.completed == 0:
+        raise InfraError(f"load test at level {label}: no request completed; see {raw_file}")
+    return level
+
+
 def run_load_test(
     base_url: str, served_name: str, tokenizer: Path, profile: LoadProfile, out_dir: Path,
     requests: list[Request], name: str = "",
@@ -234,6 +232,7 @@ def run_load_test(
     ceiling: bool = True,
     responsive: Callable[[], bool] = lambda: True,
     stall_s: float = 300,
+    client: LoadClient | None = None,
 ) -> LoadResult:
     """One `vllm bench serve` run per level, after a warm-up; each level's requests and raw
     per-request JSON are kept.
@@ -241,41 +240,25 @@ def run_load_test(
     scrape, when given, returns the engine's /metrics text: read before and after each
     level for the server-side figures; ceiling measures the load generator's own limit
     after the levels. responsive and stall_s feed the watchdog (Watchdog) that ends a level
-    whose engine has hung."""
+    whose engine has hung. client: the session's load client (started beforehand, and
+    left running); without one, a client for this call."""
     out_dir.mkdir(parents=True, exist_ok=True)
     watch = Watchdog(check_engine, responsive, scrape, stall_s)
-    if profile.warmup_prompts:
-        _warm_up(base_url, served_name, tokenizer, profile, requests, out_dir, watch)
-        check_engine()
-    levels = []
-    for index, value in enumerate(profile.levels):
-        label = level_label(profile, value)
-        trace_file = out_dir / f"requests-{label}.jsonl"
-        chunk = write_timed_trace(requests, profile.shared_prefix_tokens, index, trace_file)
-        raw_file = out_dir / f"bench-{label}.json"
-        cmd = bench_command(base_url, served_name, tokenizer, profile, value, trace_file,
-                            chunk, len(requests), raw_file)
-        before = parse_scrape(scrape()) if scrape else None
-        watch.reset()
-        try:
-            raw = _bench(cmd, out_dir / f"bench-{label}.log", raw_file, f"at level {label}",
-                         watch)
-        finally:
+    own = LoadClient(out_dir / "bench-client.log") if client is None else None
+    with own or contextlib.nullcontext(client) as bench:
+        assert bench is not None
+        if profile.warmup_prompts:
+            warm = requests[:profile.warmup_prompts]  # at the heaviest level, in no figure
+            _closed_loop(bench, base_url, served_name, tokenizer, profile, warm, len(warm),
+                         "warmup", 999, out_dir, watch)
             check_engine()
-        level = parse_level(raw, profile, value, raw_file)
-        if profile.slo is not None:
-            level = dataclasses.replace(level, slo=slo_figures(raw, profile.slo))
-        if scrape and before:
-            server = server_side_level(before, parse_scrape(scrape()))
-            level = dataclasses.replace(level, server={"boundary": SERVER_BOUNDARY, **server})
-            level = dataclasses.replace(level, agreement=agreement(level))
-        if level.completed == 0:
-            raise InfraError(f"load test at level {label}: no request completed; "
-                             f"see {raw_file}")
-        levels.append(level)
-        on_level(level)
-    generator = generator_ceiling(tokenizer, profile, requests, out_dir) if ceiling \
-        else GeneratorCeiling()
+        levels = []
+        for index in range(len(profile.levels)):
+            levels.append(_level(bench, base_url, served_name, tokenizer, profile, requests,
+                                 index, out_dir, watch, check_engine, scrape))
+            on_level(levels[-1])
+        generator = generator_ceiling(bench, tokenizer, profile, requests, out_dir) if ceiling \
+            else GeneratorCeiling()
     return LoadResult(boundary=BOUNDARY, profile=profile.model_dump(), levels=levels,
                       name=name, workload=workload_summary(profile, requests),
                       generator=generator)

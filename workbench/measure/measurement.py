@@ -22,6 +22,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from workbench.config.run_config import RunConfig
 from workbench.loadtest.bench import run_load_test
+from workbench.loadtest.client import LoadClient
 from workbench.loadtest.engine_metrics import parse_scrape
 from workbench.loadtest.headroom import PeakSampler, headroom
 from workbench.loadtest.results import LevelResult, LoadResult
@@ -195,8 +196,10 @@ def measure(cfg: RunConfig, role: str, model_dir: Path, served: str, extra_args:
                           f"(vLLM {server.info.version}, log {server.log_file})")
         served = server.info.served_name
         pgid = server.process.pid if server.process is not None else None
+        # started now, so that it imports while the suites run (loadtest/client.py)
         with PeakSampler(pgid, functools.partial(_kv_usage, server)) as peaks, \
-                library_credentials(server.api_key):
+                library_credentials(server.api_key), \
+                LoadClient(out_dir / "load" / "bench-client.log") as client:
             suite_results = _run_suites(cfg, server, served, suites, out_dir, console,
                                         tokenizer_dir)
             with console.status(f"[{role}] load profile {cfg.load.profile!r}: warm-up, "
@@ -206,7 +209,8 @@ def measure(cfg: RunConfig, role: str, model_dir: Path, served: str, extra_args:
                     requests, name=cfg.load.profile, check_engine=server.check_alive,
                     scrape=server.metrics, on_level=functools.partial(_print_level, console,
                                                                       role), ceiling=ceiling,
-                    responsive=server.responsive, stall_s=cfg.engine.request_timeout_s)
+                    responsive=server.responsive, stall_s=cfg.engine.request_timeout_s,
+                    client=client)
         # read after the load, when the engine has reported its final cache figures
         final = server.metrics()
         server.info.cache_info = parse_cache_info(final) or server.info.cache_info

@@ -25,12 +25,18 @@ def free_port() -> int:
 
 
 
-def spawn(cmd: list[str], log_file: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
+def spawn(cmd: list[str], log_file: Path, env: dict[str, str], talk: bool = False
+          ) -> subprocess.Popen[bytes]:
     """Start a child of the workbench (engine, quantiser worker, load client): in its own
     process group, so that stopping it stops everything it forked, and set to die with the
-    workbench, so that not even a SIGKILLed workbench leaves it running."""
+    workbench, so that not even a SIGKILLed workbench leaves it running.
+
+    talk: the child's stdin and stdout are pipes to the workbench (its stderr alone goes
+    to the log), for a child that takes jobs and answers them."""
+    pipe = subprocess.PIPE if talk else None
     with log_file.open("wb") as log:
-        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
+        return subprocess.Popen(cmd, stdin=pipe, stdout=pipe if talk else log,
+                                stderr=log if talk else subprocess.STDOUT, env=env,
                                 start_new_session=True, preexec_fn=die_with_parent)
 
 

