@@ -91,6 +91,20 @@ def test_health_timeout_stops_the_engine(tmp_path):
     assert not alive(int(pid_file.read_text()))
 
 
+def test_a_stopped_engine_gets_no_grace(tmp_path):
+    """SIGSTOPped (as a hung engine), it cannot act on SIGTERM: stop() kills it at once
+    instead of waiting out the 20 s grace a healthy engine gets."""
+    import signal
+
+    srv, pid_file = stand_in(tmp_path)
+    with srv:
+        child = int(pid_file.read_text())
+        os.killpg(srv.process.pid, signal.SIGSTOP)
+        started = time.monotonic()
+    assert time.monotonic() - started < 10
+    assert not alive(child)
+
+
 def test_death_after_start_is_detected(tmp_path):
     srv, _ = stand_in(tmp_path)
     with srv:

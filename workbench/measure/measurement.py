@@ -171,6 +171,21 @@ def _server(cfg: RunConfig, role: str, model_dir: Path, served: str, extra_args:
                         device=device)
 
 
+def _start(server: EngineServer | Endpoint, role: str, model_dir: Path, device: str,
+           console: Console) -> None:
+    if isinstance(server, Endpoint):
+        with console.status(f"[{role}] reading endpoint {server.base_url}"):
+            server.start()
+        console.print(f"  [{role}] endpoint {server.base_url} serves "
+                      f"{server.info.served_name} (vLLM {server.info.version}); not "
+                      f"measurable there: {', '.join(server.info.unmeasured)}")
+    else:
+        with console.status(f"[{role}] starting vLLM ({device}) for {model_dir.name}"):
+            server.start()
+        console.print(f"  [{role}] engine healthy after {server.info.cold_start_s:.1f}s "
+                      f"(vLLM {server.info.version}, log {server.log_file})")
+
+
 def measure(cfg: RunConfig, role: str, model_dir: Path, served: str, extra_args: list[str],
             suites: list[Suite], requests: list[Request], tokenizer_dir: Path, out_dir: Path,
             console: Console, device: str, ceiling: bool = True) -> Measurement:
@@ -182,35 +197,28 @@ def measure(cfg: RunConfig, role: str, model_dir: Path, served: str, extra_args:
     started = time.perf_counter()
     server = _server(cfg, role, model_dir, served, extra_args, out_dir, device)
     attached = isinstance(server, Endpoint)
+    client = LoadClient(out_dir / "load" / "bench-client.log")
     try:
-        if attached:
-            with console.status(f"[{role}] reading endpoint {server.base_url}"):
-                server.start()
-            console.print(f"  [{role}] endpoint {server.base_url} serves "
-                          f"{server.info.served_name} (vLLM {server.info.version}); not "
-                          f"measurable there: {', '.join(server.info.unmeasured)}")
-        else:
-            with console.status(f"[{role}] starting vLLM ({device}) for {model_dir.name}"):
-                server.start()
-            console.print(f"  [{role}] engine healthy after {server.info.cold_start_s:.1f}s "
-                          f"(vLLM {server.info.version}, log {server.log_file})")
-        served = server.info.served_name
-        pgid = server.process.pid if server.process is not None else None
-        # started now, so that it imports while the suites run (loadtest/client.py)
-        with PeakSampler(pgid, functools.partial(_kv_usage, server)) as peaks, \
-                library_credentials(server.api_key), \
-                LoadClient(out_dir / "load" / "bench-client.log") as client:
-            suite_results = _run_suites(cfg, server, served, suites, out_dir, console,
-                                        tokenizer_dir)
-            with console.status(f"[{role}] load profile {cfg.load.profile!r}: warm-up, "
-                                f"levels {', '.join(f'{x:g}' for x in cfg.workload.levels)}"):
-                load = run_load_test(
-                    server.base_url, served, tokenizer_dir, cfg.workload, out_dir / "load",
-                    requests, name=cfg.load.profile, check_engine=server.check_alive,
-                    scrape=server.metrics, on_level=functools.partial(_print_level, console,
-                                                                      role), ceiling=ceiling,
-                    responsive=server.responsive, stall_s=cfg.engine.request_timeout_s,
-                    client=client)
+        with library_credentials(server.api_key):
+            if not suites:
+                # A load-only session (a later round, a cached baseline's load): its cold
+                # start is in no record, so the client may import beside it (docs/load.md).
+                client.start()
+            _start(server, role, model_dir, device, console)
+            pgid = server.process.pid if server.process is not None else None
+            with PeakSampler(pgid, functools.partial(_kv_usage, server)) as peaks:
+                client.start()  # if not yet: it imports while the suites run
+                suite_results = _run_suites(cfg, server, server.info.served_name, suites,
+                                            out_dir, console, tokenizer_dir)
+                with console.status(f"[{role}] load profile {cfg.load.profile!r}: warm-up, "
+                                    f"levels {', '.join(f'{x:g}' for x in cfg.workload.levels)}"):
+                    load = run_load_test(
+                        server.base_url, server.info.served_name, tokenizer_dir, cfg.workload,
+                        out_dir / "load", requests, name=cfg.load.profile,
+                        check_engine=server.check_alive, scrape=server.metrics,
+                        on_level=functools.partial(_print_level, console, role),
+                        ceiling=ceiling, responsive=server.responsive,
+                        stall_s=cfg.engine.request_timeout_s, client=client)
         # read after the load, when the engine has reported its final cache figures
         final = server.metrics()
         server.info.cache_info = parse_cache_info(final) or server.info.cache_info
@@ -220,6 +228,7 @@ def measure(cfg: RunConfig, role: str, model_dir: Path, served: str, extra_args:
                         1 if attached else cfg.engine.data_parallel_size,
                         cfg.endpoints.devices(role) if attached else cfg.engine.devices)
     finally:
+        client.stop()
         server.stop()
     result = Measurement(role, server.info, suite_results, load,
                          round(time.perf_counter() - started, 2), room.to_dict())

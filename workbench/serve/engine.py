@@ -255,9 +255,15 @@ class EngineServer:
         return " | ".join(t.strip()[:200] for t in tail)
 
     def stop(self, grace_s: float = 20) -> None:
-        """SIGTERM the engine's process group, then SIGKILL whatever outlives the grace."""
+        """SIGTERM the engine's process group, then SIGKILL whatever outlives the grace.
+
+        An engine that is running but does not answer /health (stopped, deadlocked, still
+        starting) gets no grace: it could not act on SIGTERM, and would only spend it
+        (docs/reliability.md)."""
         if self.process is None:
             return
+        if self.process.poll() is None and not self.responsive(timeout_s=2):
+            grace_s = 0
         # spawn() made the engine a session leader, so its group id is its pid; that stays
         # true after it exits, and reaches workers it left behind.
         stop_group(self.process, grace_s)
