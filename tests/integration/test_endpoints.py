@@ -2,9 +2,10 @@
 an API key, the candidate open, the same tiny model on both (an A/A across deployments).
 
 Nothing is quantised or served by the workbench; what the endpoints offer is read and
-recorded, what they cannot give (weights on disk, peak process memory, cold start) is
-listed, and the gate that needs one of those figures fails closed, naming it, until a
-policy marks it not applicable at endpoints. The key reaches the keyed server only and is
+recorded (two load rounds each, interleaved: the A/A's latency interval holds 1), what
+they cannot give (weights on disk, peak process memory, cold start) is listed, and the
+gate that needs one of those figures fails closed, naming it, until a policy marks it not
+applicable at endpoints. The key reaches the keyed server only and is
 in no file, log, record, console line or MLflow entry.
 """
 
@@ -35,9 +36,9 @@ suites: [arithmetic, heldout-text]
 profile: smoke
 load:
   profile: tiny
-  rounds: 1
+  rounds: 2   # interleaved rounds at endpoints cost no engine start
   profiles:
-    tiny: {{concurrency: [1], num_prompts: 4, prompt_tokens: 32, output_tokens: 8,
+    tiny: {{concurrency: [2], num_prompts: 16, prompt_tokens: 32, output_tokens: 16,
            warmup_prompts: 1, slo: {{ttft_p99_ms: 60000, tpot_p99_ms: 60000}}}}
 gates: gates.yaml
 tracking: {{experiment: endpoints}}
@@ -50,6 +51,8 @@ fidelity:
 memory:
   - {metric: kv_cache_tokens, min_ratio: 1.0}
   - {metric: weights_bytes, max_ratio: 1.0}
+latency:
+  - {metric: output_throughput, min_ratio: 0.1}
 """
 
 
@@ -113,6 +116,13 @@ def test_endpoints_with_and_without_a_key(tiny_model: Path, tmp_path: Path) -> N
     gates = {g["gate"]: g for g in record["gates"]}
     assert gates["fidelity:heldout-text:kl_mean"]["status"] == "pass"  # the same weights
     assert gates["memory:kv_cache_tokens:min_ratio"]["status"] == "pass"
+    # the same model on both: over two interleaved rounds each, the interval holds 1
+    latency = gates["latency:output_throughput:min_ratio@c2"]
+    assert latency["status"] == "pass", latency
+    assert len(latency["evidence"]["baseline_rounds"]) == 2
+    assert len(latency["evidence"]["candidate_rounds"]) == 2
+    low, high = latency["evidence"]["ratio_interval"]
+    assert low <= 1.0 <= high, latency
     weights = gates["memory:weights_bytes:max_ratio"]
     assert weights["status"] == "fail" and "weights_bytes cannot be measured at the " \
         "baseline and candidate's endpoint (fail closed" in weights["detail"]

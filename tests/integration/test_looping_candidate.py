@@ -48,7 +48,7 @@ suites: [advbench, arithmetic, heldout-text]
 profile: smoke
 load:
   profile: tiny
-  rounds: {rounds}
+  rounds: 1
   profiles:
     tiny: {{concurrency: [2], num_prompts: 32, prompt_tokens: 32, output_tokens: 32,
            warmup_prompts: 1}}
@@ -56,9 +56,9 @@ gates: gates.yaml
 tracking: {{experiment: health}}
 """
 # The latency bounds are wide: on 2 shared cores a 3M-parameter model's latency is noise
-# around 1x. What the test asks of them is that the A/A interval contains 1.0. A level of
-# 8 requests of 16 tokens lasted 0.3 s, short enough for one pause to move a session's
-# throughput by 20% (an A/A once came out [0.68, 0.93]); 32 of 32 tokens last seconds.
+# around 1x, and one session each gives an interval within a session only (an A/A once
+# came out [0.68, 0.93]). The A/A must pass them; interleaved rounds, whose interval holds
+# 1, are test_endpoints' (there a round costs no engine start).
 GATES = """
 health: {max_drop: 0.05, pooled_max_drop: 0.05}
 fidelity:
@@ -115,11 +115,7 @@ def test_a_looping_candidate_is_rejected_and_an_aa_passes(tiny_model: Path, tmp_
     looping = cycle_model(tiny_model, tmp_path / "looping", 3)
     (tmp_path / "gates.yaml").write_text(GATES)
     config = tmp_path / "health.yaml"
-    config.write_text(CONFIG.format(talking=talking, looping=looping, repo=REPO, rounds=2))
-    # the broken candidate's latency is not what is tested: one session each (the cached
-    # baseline's suites serve both configs: sessions are not part of the cache key)
-    one_round = tmp_path / "health-1.yaml"
-    one_round.write_text(CONFIG.format(talking=talking, looping=looping, repo=REPO, rounds=1))
+    config.write_text(CONFIG.format(talking=talking, looping=looping, repo=REPO))
 
     same = workbench("evaluate", "--candidate", "same", "--config", str(config),
                      "--runs-dir", "runs", cwd=tmp_path)
@@ -133,15 +129,12 @@ def test_a_looping_candidate_is_rejected_and_an_aa_passes(tiny_model: Path, tmp_
     assert gates["fidelity:heldout-text:identical_share"]["status"] == "pass"
     assert gates["fidelity:heldout-text:prefix_agreement"]["status"] == "pass"
     latency = [g for k, g in gates.items() if k.startswith("latency:")]
-    assert latency and all(len(g["evidence"]["baseline_rounds"]) == 2 for g in latency)
-    for g in latency:  # the A/A interval holds "no change"
-        low, high = g["evidence"]["ratio_interval"]
-        assert low <= 1.0 <= high, g
+    assert latency and all(g["status"] == "pass" for g in latency), latency
     # every prompt gets the same words: the arithmetic comparison says it cannot see a change
     assert record["suites"]["arithmetic"]["comparison"]["(all)"]["constant_baseline"]
     assert record["decision"] in ("promote", "inconclusive")
 
-    broken = workbench("evaluate", "--candidate", "looping", "--config", str(one_round),
+    broken = workbench("evaluate", "--candidate", "looping", "--config", str(config),
                        "--runs-dir", "runs", cwd=tmp_path)
     assert broken.returncode == 1, broken.stdout + broken.stderr
     assert "baseline: reused cached results" in broken.stdout

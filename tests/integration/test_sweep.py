@@ -1,6 +1,7 @@
 """A sweep on the tiny model through the real engine: a candidate identical to the
-baseline (A/A), int4 and a broken one (weights scrambled). The model is named by a hub repo
-id, resolved offline from a hub cache the test lays out.
+baseline (A/A) and a broken one (weights scrambled); a quantised candidate is
+test_pipeline's. The model is named by a hub repo id, resolved offline from a hub cache the
+test lays out.
 
 The A/A candidate is promoted; the broken one is rejected, names the gate it failed, and
 is never on the front nor recommended. The sweep is interrupted once and resumes
@@ -35,12 +36,9 @@ CONFIG = """
 model: {{name: tiny-llama, path: acme/tiny-llama}}  # from the hub cache, offline
 candidates:
   same: {{recipe: none}}              # the baseline's own weights and engine arguments: A/A
-  int4: {{recipe: w4a16, group_size: 64}}
   broken: {{checkpoint: {broken}}}
-calibration:
+calibration:  # required by the config format; neither candidate calibrates anything
   files: [{repo}/calibration_data/shakespeare_milton.jsonl]
-  num_samples: 16
-  seq_len: 64
 engine: {{max_model_len: 512, enforce_eager: true, kv_cache_space_gib: 1, startup_timeout_s: 600}}
 suites: [arithmetic, heldout-text]
 profile: smoke
@@ -66,7 +64,7 @@ memory:
   - {metric: kv_cache_tokens, min_ratio: 1.0}
 sweep: {objective: cost, quality: top1_agreement}
 """
-CANDIDATES = ("--candidate", "same", "--candidate", "int4", "--candidate", "broken")
+CANDIDATES = ("--candidate", "same", "--candidate", "broken")
 COMMIT = "5f1e8d3c2b4a69788796a5b4c3d2e1f0a9b8c7d6"
 
 
@@ -112,12 +110,12 @@ def test_sweep_ranks_rejects_the_broken_resumes_and_reproduces(
         monkeypatch: pytest.MonkeyPatch) -> None:
     config = _sweep_config(tiny_model, broken_model, tmp_path, monkeypatch)
 
-    # 1. interrupted once the A/A candidate is done, while int4 is being built
+    # 1. interrupted once the A/A candidate is done, as the broken one starts
     proc = sweep(tmp_path, config)
     deadline = time.monotonic() + 900
-    while not list((tmp_path / "runs").glob("*-sweep/int4")):
+    while not list((tmp_path / "runs").glob("*-sweep/broken")):
         assert proc.poll() is None, finish(proc)[1]
-        assert time.monotonic() < deadline, "int4 never started"
+        assert time.monotonic() < deadline, "broken never started"
         time.sleep(1)
     proc.send_signal(signal.SIGINT)
     code, out = finish(proc, timeout=120)
@@ -130,18 +128,18 @@ def test_sweep_ranks_rejects_the_broken_resumes_and_reproduces(
         assert time.monotonic() < deadline, "a process outlived the interrupted sweep"
         time.sleep(1)
 
-    # 2. run again: the A/A pair comes from the cache, int4 and broken are measured
+    # 2. run again: the A/A pair comes from the cache, broken is measured
     code, out = finish(sweep(tmp_path, config))
     assert code == 0, out
     assert "baseline and same: reused the pair measured together" in out
-    assert out.count("engine healthy") == 4  # two sessions each for int4 and broken
+    assert out.count("engine healthy") == 2  # broken's, and the baseline's beside it
     folder = newest_sweep(tmp_path)
     record = json.loads((folder / "sweep.json").read_text())
     from workbench.sweep.schema import validate_sweep
 
     validate_sweep(record)
     rows = {r["candidate"]: r for r in record["rows"]}
-    assert [rows[n]["measured_now"] for n in ("same", "int4", "broken")] == [False, True, True]
+    assert [rows[n]["measured_now"] for n in ("same", "broken")] == [False, True]
     assert rows["same"]["decision"] == "promote"
     assert rows["same"]["top1_agreement"] == pytest.approx(1.0, abs=0.01)
     broken = rows["broken"]
@@ -150,12 +148,12 @@ def test_sweep_ranks_rejects_the_broken_resumes_and_reproduces(
     assert broken["kl_mean"] > 1.0
     assert "broken" not in record["front"]
     rec = record["recommendation"]
-    assert rec["candidate"] in ("same", "int4") and rows[rec["candidate"]]["on_front"]
+    assert rec["candidate"] == "same" and rows["same"]["on_front"]
     assert rec["others"]["broken"].startswith("rejected: ")
     assert record["exit_code"] == 0 and (folder / "pareto.png").stat().st_size > 10_000
     md = (folder / "sweep.md").read_text()
     assert f"**Recommended: `{rec['candidate']}`**" in md and "| broken | reject |" in md
-    for name in ("same", "int4", "broken"):  # each with its own decision record
+    for name in ("same", "broken"):  # each with its own decision record
         decision = json.loads((folder / name / "decision.json").read_text())
         assert decision["decision"] == rows[name]["decision"]
         assert decision["model"]["hub"] == {"repo_id": "acme/tiny-llama", "revision": "main",
@@ -164,7 +162,7 @@ def test_sweep_ranks_rejects_the_broken_resumes_and_reproduces(
     # 3. run again with nothing changed: nothing measured, the same sweep record
     code, out = finish(sweep(tmp_path, config))
     assert code == 0, out
-    assert "engine healthy" not in out and out.count("reused the pair") == 3
+    assert "engine healthy" not in out and out.count("reused the pair") == 2
     again = json.loads((newest_sweep(tmp_path) / "sweep.json").read_text())
     assert comparable(again) == comparable(record)
     assert not find_pids(ENGINE)
@@ -226,10 +224,10 @@ def check_mlflow(tmp_path: Path, record: dict) -> None:
     # runs named so that the table tells them apart: the sweep and what it recommends, each
     # candidate with its decision
     best = record["recommendation"]["candidate"]
-    assert f"sweep · 3 candidates · recommends {best}" in runs_page and "Run Name" in runs_page
+    assert f"sweep · 2 candidates · recommends {best}" in runs_page and "Run Name" in runs_page
     dom = compare_page_dom(tmp_path / "mlflow.db", experiment.experiment_id,
                            [parent.info.run_id, *(r.info.run_id for r in children)])
-    assert "sweep · 3 candidates" in dom and "broken · reject · " in dom
+    assert "sweep · 2 candidates" in dom and "broken · reject · " in dom
     assert ">reject<" in dom and ">promote<" in dom  # the decision tags, side by side
 
 
