@@ -244,9 +244,8 @@ def run_load_test(
     left running); without one, a client for this call."""
     out_dir.mkdir(parents=True, exist_ok=True)
     watch = Watchdog(check_engine, responsive, scrape, stall_s)
-    own = LoadClient(out_dir / "bench-client.log") if client is None else None
-    with own or contextlib.nullcontext(client) as bench:
-        assert bench is not None
+    with contextlib.ExitStack() as own:
+        bench = client or own.enter_context(LoadClient(out_dir / "bench-client.log"))
         if profile.warmup_prompts:
             warm = requests[:profile.warmup_prompts]  # at the heaviest level, in no figure
             _closed_loop(bench, base_url, served_name, tokenizer, profile, warm, len(warm),

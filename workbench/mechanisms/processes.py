@@ -35,7 +35,7 @@ def spawn(cmd: list[str], log_file: Path, env: dict[str, str], talk: bool = Fals
     to the log), for a child that takes jobs and answers them."""
     pipe = subprocess.PIPE if talk else None
     with log_file.open("wb") as log:
-        return subprocess.Popen(cmd, stdin=pipe, stdout=pipe if talk else log,
+        return subprocess.Popen(cmd, stdin=pipe, stdout=pipe or log,
                                 stderr=log if talk else subprocess.STDOUT, env=env,
                                 start_new_session=True, preexec_fn=die_with_parent)
 
