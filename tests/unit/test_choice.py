@@ -62,7 +62,23 @@ def test_choice_summary_reports_accuracy_and_calibration(tmp_path: Path) -> None
 
 
 def test_shipped_multiple_choice_suites_load() -> None:
-    for name, n_choices in (("mmlu-sample", 4), ("commonsenseqa", 5), ("boolq", 2)):
+    for name, n_choices in (("mmlu-sample", 4), ("commonsenseqa", 5), ("boolq", 2),
+                            ("truthfulness", 2)):
         suite = load_suite(name)
         assert all(len(i.choices) == n_choices for i in suite.items)
-        assert len(suite.sample("smoke", 0)) == 60
+    # the cloze suites continue the question with each option's own text, not its letter
+    csqa = load_suite("commonsenseqa")
+    first = csqa.items[0]
+    assert first.choices[first.answer and int(first.answer)] == " bank"
+    assert "A. " not in first.prompt and first.prompt.endswith("Answer:")
+    assert csqa.spec.choice_normalise == "characters"
+
+
+def test_acc_norm_divides_by_the_texts_characters_as_lm_eval_does() -> None:
+    from workbench.suites.scorers.choice import pick_choice
+
+    # the longer text has the lower sum but the higher log-likelihood per character
+    scores, choices = [-6.0, -10.0], (" cat", " elephants")
+    assert pick_choice(scores, choices, "none")[0] == 0
+    pick, probs = pick_choice(scores, choices, "characters")  # -2.0 vs -1.11 per char
+    assert pick == 1 and probs[1] > probs[0] and sum(probs) == pytest.approx(1.0)

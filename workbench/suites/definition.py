@@ -69,6 +69,10 @@ class SuiteSpec(BaseModel):
     choices_field: str = Field(
         default="choices", description="choice: the item field listing each continuation "
                                        "scored after the prompt; the answer is its index")
+    choice_normalise: Literal["none", "characters"] = Field(
+        default="none", description="choice: 'characters' picks the choice of highest "
+        "log-likelihood per character (lm-eval's acc_norm), for answer-text continuations "
+        "whose lengths differ; 'none' the highest sum (letters, yes/no)")
     max_tokens: int = Field(default=32, gt=0)
     check_field: str = Field(
         default="check", description="code: the item field holding the test program run "

@@ -26,7 +26,7 @@ from workbench.suites.definition import Suite, SuiteItem
 from workbench.suites.engine_logprobs import greedy_continuation, prompt_logprobs, tokenize
 from workbench.suites.lmeval import run_task
 from workbench.suites.results import ItemResult, SuiteResult, score_response, summarise
-from workbench.suites.scorers.choice import choice_logprobs, softmax
+from workbench.suites.scorers.choice import choice_logprobs, pick_choice
 from workbench.suites.scorers.generation_health import Health, generation_health
 from workbench.suites.scorers.instructions import check_instructions
 from workbench.suites.scorers.refusal import classify_response
@@ -94,8 +94,7 @@ async def _choose(
     except httpx.HTTPStatusError as err:
         _check(err.response, suite, item)
         raise
-    probs = softmax(scores)
-    pick = max(range(len(probs)), key=probs.__getitem__)
+    pick, probs = pick_choice(scores, item.choices, suite.spec.choice_normalise)
     return ItemResult(id=item.id, slices=item.slices, prompt_sha256=_prompt_hash(item.prompt),
                       response=item.choices[pick], score=float(str(pick) == item.answer),
                       latency_s=round(time.perf_counter() - start, 4), completion_tokens=0,

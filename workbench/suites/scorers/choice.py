@@ -19,13 +19,26 @@ import httpx
 
 from workbench.suites.engine_logprobs import prompt_logprobs, tokenize
 
-__all__ = ["choice_logprobs", "expected_calibration_error", "softmax"]
+__all__ = ["choice_logprobs", "expected_calibration_error", "pick_choice", "softmax"]
 
 
 def softmax(scores: list[float]) -> list[float]:
     top = max(scores)
     exps = [math.exp(s - top) for s in scores]
     return [e / sum(exps) for e in exps]
+
+
+def pick_choice(scores: list[float], choices: tuple[str, ...], normalise: str
+                ) -> tuple[int, list[float]]:
+    """The model's answer and its answer distribution. normalise "characters" is lm-eval's
+    acc_norm (lm_eval/api/task.py): answer texts of different lengths carry different
+    numbers of tokens, hence lower sums for longer ones, so each sum is divided by the
+    text's characters (the delimiter space not counted, as lm-eval counts them)."""
+    if normalise == "characters":
+        scores = [s / max(len(c.removeprefix(" ")), 1)
+                  for s, c in zip(scores, choices, strict=True)]
+    probs = softmax(scores)
+    return max(range(len(probs)), key=probs.__getitem__), probs
 
 
 async def choice_logprobs(client: httpx.AsyncClient, model: str, prompt: str,

@@ -6,7 +6,8 @@
 
 Writes items.jsonl of mmlu-sample, commonsenseqa, boolq and openbookqa-lmeval. Item ids
 follow the order of the source files, so a rebuild from the same files gives the same ids.
-Every item lists its choices and the index of the right one.
+Every item lists its choices and the index of the right one; the lettered suites also list
+each option's text (`texts`), which their cloze form scores instead of the letter.
 """
 
 import json
@@ -25,6 +26,11 @@ def lettered(options: str, answer: str) -> tuple[list[str], int]:
     return [f" {x}" for x in letters], letters.index(answer.strip()[0])
 
 
+def option_texts(options: str) -> list[str]:
+    """Each option's own text as a continuation (" Paris"): the cloze form of the item."""
+    return [f" {line[3:].strip()}" for line in options.splitlines() if _OPTION.match(line)]
+
+
 def rows(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
@@ -34,7 +40,8 @@ def mmlu(data: Path) -> list[dict]:
     for i, r in enumerate(rows(data / "MMLU" / "test.jsonl")):
         choices, answer = lettered(r["options"], r["answer"])
         out.append({"id": f"mmlu-{i:04d}", "question": r["question"].strip(),
-                    "options": r["options"].strip(), "choices": choices, "answer": answer,
+                    "options": r["options"].strip(), "choices": choices,
+                    "texts": option_texts(r["options"].strip()), "answer": answer,
                     "slices": ["knowledge"]})
     return out
 
@@ -53,7 +60,8 @@ def commonsenseqa(data: Path) -> list[dict]:
         question, options = split_options(r["question"], r["options"])
         choices, answer = lettered(options, r["answer"])
         out.append({"id": f"csqa-{i:04d}", "question": question, "options": options,
-                    "choices": choices, "answer": answer, "slices": ["commonsense"]})
+                    "choices": choices, "texts": option_texts(options), "answer": answer,
+                    "slices": ["commonsense"]})
     return out
 
 

@@ -31,7 +31,8 @@ def build(folder: Path) -> list[dict]:
             true_first = hashlib.sha256(r["id"].encode()).digest()[0] % 2 == 0
             a, b = (r["text"], r["false"]) if true_first else (r["false"], r["text"])
             out.append({"id": r["id"], "options": f"A. {a.strip()}\nB. {b.strip()}",
-                        "choices": [" A", " B"], "answer": 0 if true_first else 1,
+                        "choices": [" A", " B"], "texts": [f" {a.strip()}", f" {b.strip()}"],
+                        "answer": 0 if true_first else 1,
                         "slices": [r["domain"]]})
     return out
 
