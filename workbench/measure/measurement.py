@@ -99,7 +99,7 @@ def baseline_key(cfg: RunConfig, model_digest: str, suites: list[Suite], device:
         "engine_version": engine_version, "profile": cfg.profile, "seed": cfg.seed,
         "suites": {s.name: s.digest for s in suites}, "sampling": SAMPLING,
         "load": cfg.workload.model_dump(), "requests": [asdict(r) for r in requests],
-        "scoring": SCORING_VERSION, "format": 4,  # 4: entries carry a digest list
+        "scoring": SCORING_VERSION, "format": 5,  # 5: the server facts comparability reads
     })
 
 

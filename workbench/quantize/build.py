@@ -96,8 +96,9 @@ def recipe_identity(cand: Candidate, resolve: Callable[[str], Path]) -> dict[str
 def artifact_key(model_digest: str, recipe: dict[str, Any], samples_digest: str | None,
                  versions: dict[str, str]) -> str:
     identity = {k: v for k, v in recipe.items() if k != "recipe_file"}  # the digest, not where
+    # layout 2: the tokenizer files copied from the baseline verbatim (quantize_worker.py)
     return sha256_json({"model": model_digest, "recipe": identity, "calibration": samples_digest,
-                        "versions": versions})
+                        "versions": versions, "layout": 2})
 
 
 def _folder_size(path: Path) -> int:

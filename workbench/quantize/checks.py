@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from workbench.config.run_config import RunConfig
+from workbench.mechanisms.digests import model_file_digests
 from workbench.quantize.formats import (
     ServedFormat,
     format_of_candidate,
@@ -15,7 +16,7 @@ from workbench.quantize.formats import (
     unsupported_reason,
 )
 
-__all__ = ["candidate_problems", "serving_problem", "unsupported_here"]
+__all__ = ["candidate_problems", "model_file_problems", "serving_problem", "unsupported_here"]
 
 
 def _largest_dividing_power_of_two(model_dir: Path, upto: int) -> int:
@@ -44,7 +45,20 @@ def candidate_problems(cfg: RunConfig, name: str, model_dir: Path) -> list[str]:
                                             ).is_file():
         problems.append(f"{where}.checkpoint: {cfg.resolve(cand.checkpoint)} is not a model "
                         "folder (no config.json)")
+    elif cand.checkpoint is not None:
+        problems += model_file_problems(where, model_dir, cfg.resolve(cand.checkpoint))
     return problems
+
+
+def model_file_problems(where: str, model_dir: Path, checkpoint: Path) -> list[str]:
+    """A ready checkpoint must ask and answer like its baseline: the same chat template,
+    tokenizer and generation defaults (only the weights may differ; docs/gates.md, "Only
+    the candidate differs"). Seen up front, so refused before anything is measured."""
+    base, cand = model_file_digests(model_dir), model_file_digests(checkpoint)
+    return [f"{where}.checkpoint: its {what.replace('_', ' ')} differs from the baseline's "
+            f"({checkpoint} vs {model_dir}); only the weights may differ — copy the "
+            "baseline's tokenizer files into the checkpoint"
+            for what in base if base[what] != cand[what]]
 
 
 def unsupported_here(cfg: RunConfig, name: str, device: str, artifact: Path | None = None

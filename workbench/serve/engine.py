@@ -7,7 +7,6 @@ or SIGTERM) also ends every worker it forked: no process is ever left behind.
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import subprocess
 import time
@@ -17,9 +16,11 @@ from pathlib import Path
 import httpx
 
 from workbench.config.run_config import EngineConfig
+from workbench.mechanisms.digests import model_file_digests
 from workbench.mechanisms.errors import InfraError, InputError
 from workbench.mechanisms.paths import cache_root, engine_python, offline_env
 from workbench.mechanisms.processes import free_port, spawn, stop_group
+from workbench.serve.engine_log import kernel_choices, parse_cache_info, root_cause
 
 __all__ = [
     "ENDPOINT_UNMEASURED",
@@ -42,51 +43,6 @@ def detect_device() -> str:
     return "cpu"
 
 
-_LABEL = re.compile(r'(\w+)="([^"]*)"')
-# A Python exception line in the engine's log, possibly behind a worker prefix, e.g.
-# "(EngineCore pid=12) ValueError: ... 1.41 GiB KV cache is needed ...".
-_ERROR_LINE = re.compile(r"(?:^|\) |\] )((?:[\w.]+\.)?\w*(?:Error|Exception)\b:? .+)$")
-# Lines that wrap the real cause rather than state it.
-_WRAPPERS = ("root cause above", "initialization failed", "Traceback")
-
-
-def root_cause(log_text: str) -> str | None:
-    """The line of the engine's log that says why it failed: the last exception line that
-    is not a wrapper pointing elsewhere ("See root cause above")."""
-    errors = [m[1].strip() for line in log_text.splitlines()
-              if (m := _ERROR_LINE.search(line.strip()))]
-    causes = [e for e in errors if not any(w in e for w in _WRAPPERS)]
-    found = causes or errors
-    return found[-1][:400] if found else None
-
-
-def parse_cache_info(metrics_text: str) -> dict[str, str]:
-    """The labels of vllm:cache_config_info (KV dtype, blocks, capacity in tokens)."""
-    for line in metrics_text.splitlines():
-        if line.startswith("vllm:cache_config_info{"):
-            return dict(_LABEL.findall(line))
-    return {}
-
-
-# vLLM logs the kernel it picked for each quantisation scheme, e.g. "Using
-# CPUWNA16LinearKernel for CompressedTensorsWNA16", "Selected MacheteLinearKernel for
-# CompressedTensorsWNA16", and its attention backend, e.g. "Using FLASH_ATTN backend".
-_KERNEL = re.compile(r"\] (?:Using|Selected) (\w+) for (CompressedTensors\w+|[\w-]+ linear)")
-_ATTENTION = re.compile(r"\] Using (\w+) (?:attention )?backend")
-_KV_DTYPE = re.compile(r"\] Using (fp8\w*) data type to store kv cache")
-
-
-def kernel_choices(log_text: str) -> dict[str, str]:
-    """What the engine's log says it chose: scheme or layer kind -> kernel, the attention
-    backend, the KV-cache storage type (the last word wins: a worker may repeat it)."""
-    found = {scheme: kernel for kernel, scheme in _KERNEL.findall(log_text)}
-    for key, pattern in (("attention", _ATTENTION), ("kv_cache", _KV_DTYPE)):
-        matches = pattern.findall(log_text)
-        if matches:
-            found[key] = matches[-1]
-    return found
-
-
 @dataclass
 class ServerInfo:
     """What the workbench learnt about the engine while it served one model."""
@@ -104,6 +60,12 @@ class ServerInfo:
     endpoint: str = ""  # the URL of an endpoint the workbench attached to, not started
     # figures that could not be measured where the model ran (an endpoint: no process here)
     unmeasured: list[str] = field(default_factory=list)
+    # what gate/comparability.py compares: the arguments this model alone was given (a
+    # candidate's serve args), the served folder's model_file_digests ({} at an endpoint),
+    # and the prefix cache when the session began
+    own_args: list[str] = field(default_factory=list)
+    model_files: dict[str, str] = field(default_factory=dict)
+    prefix_cache_at_start: str = ""
 
 
 def engine_command(
@@ -150,6 +112,8 @@ class EngineServer:
         self.info = ServerInfo(
             model_path=str(model_dir), served_name=served_name, device=self.device,
             command=self.command, cold_start_s=0.0, log_file=str(log_file),
+            own_args=list(extra_args or []), model_files=model_file_digests(model_dir),
+            prefix_cache_at_start="empty (a new engine process)",
         )
         self.process: subprocess.Popen[bytes] | None = None
         self.headers: dict[str, str] = {}  # a local engine asks for no key
@@ -327,7 +291,8 @@ class Endpoint:
         self.process = None
         self.info = ServerInfo(model_path="", served_name=model or "", device="endpoint",
                                command=[], cold_start_s=0.0, log_file=str(log_file),
-                               endpoint=url, unmeasured=list(ENDPOINT_UNMEASURED))
+                               endpoint=url, unmeasured=list(ENDPOINT_UNMEASURED),
+                               prefix_cache_at_start="unknown (a running server)")
 
     def start(self) -> ServerInfo:
         self.log_file.parent.mkdir(parents=True, exist_ok=True)
