@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
 
@@ -10,8 +11,9 @@ from pydantic import Field, ValidationError, model_validator
 from workbench.mechanisms.errors import InputError
 from workbench.mechanisms.yaml_io import StrictModel, format_validation_error, read_yaml
 
-__all__ = ["LATENCY_METRICS", "MEMORY_METRICS", "FidelityGate", "GatePolicy", "HealthGate",
-           "LatencyGate", "MemoryGate", "QualityGate", "SLOGate", "load_gate_policy"]
+__all__ = ["LATENCY_METRICS", "MEMORY_METRICS", "SECTIONS", "FidelityGate", "GatePolicy",
+           "HealthGate", "LatencyGate", "MemoryGate", "QualityGate", "SLOGate", "SuiteDefault",
+           "Ungated", "load_gate_policy"]
 
 # Metrics a latency gate may name: (LevelResult field, statistic) pairs, plus throughput.
 LATENCY_METRICS = {
@@ -48,7 +50,40 @@ class QualityGate(StrictModel):
     min_recovery: float | None = Field(
         default=None, gt=0, le=2, description="candidate / baseline mean, overall, at least")
     min_value: float | None = Field(
-        default=None, ge=0, le=1, description="The candidate's own mean, at least (a floor)")
+        default=None, ge=0, le=1, description="The candidate's own mean, at least (a floor, "
+        "judged on its interval; the baseline is held to it too)")
+    max_value: float | None = Field(
+        default=None, ge=0, le=1, description="The candidate's own mean, at most (a ceiling, "
+        "judged on its interval; the baseline is held to it too)")
+
+
+class SuiteDefault(StrictModel):
+    """The gate every suite of a kind gets when no gate of the policy names it."""
+
+    metric: str = Field(default="score", description="The per-item score, or a check")
+    max_drop: float = Field(ge=0, le=1, description="Largest tolerated loss, overall")
+    slice_max_drop: float | None = Field(default=None, ge=0, le=1,
+                                         description="Largest tolerated loss in any slice")
+    min_slice_items: int = Field(default=10, ge=1)
+
+    def for_suite(self, suite: str) -> QualityGate:
+        return QualityGate(suite=suite, **self.model_dump())
+
+
+class SuiteDefaults(StrictModel):
+    """Policy-wide defaults: each suite a run measures, of these kinds, is gated like this
+    unless a gate of its section names it or `ungated` lists it."""
+
+    quality: SuiteDefault | None = None
+    safety: SuiteDefault | None = None
+    structured: SuiteDefault | None = None
+
+
+class Ungated(StrictModel):
+    """A suite the policy chooses not to judge, and why (the record repeats the reason)."""
+
+    suite: str
+    reason: str = Field(min_length=3, description="Why it is measured but not judged")
 
 
 class HealthGate(StrictModel):
@@ -112,6 +147,9 @@ class LatencyGate(StrictModel):
         default=["cpu", "cuda"],
         description="Devices whose measurements this gate judges",
     )
+    informational: bool = Field(
+        default=False, description="Judged and shown, not counted in the decision (for "
+        "devices whose latency intervals are too wide to decide; docs/gates.md)")
 
     @model_validator(mode="after")
     def _one_bound(self) -> LatencyGate:
@@ -139,6 +177,8 @@ class MemoryGate(StrictModel):
         return self
 
 
+SECTIONS = ("quality", "safety", "structured")  # the paired sections, by suite kind
+
 Objective = Literal["cost", "throughput", "weights", "kv_capacity"]
 QualityMeasure = Literal["worst_lower_bound", "top1_agreement"]
 
@@ -165,8 +205,15 @@ class GatePolicy(StrictModel):
                                       "the decision inconclusive (exit 1); false: it is reported "
                                       "and does not block")
     multiple_comparisons: Literal["none", "holm"] = Field(
-        default="none", description="holm: the paired tests' one-sided p-values are "
-                                    "Holm-adjusted across every paired gate before judging")
+        default="holm", description="holm: a test fails only when its one-sided p-value of "
+        "'acceptable', Holm-adjusted across every paired test and floor of the policy, is "
+        "below alpha, so an acceptable candidate is rejected with chance at most alpha in "
+        "all; a pass needs no adjustment (every gate must pass: docs/gates.md). none: each "
+        "test at alpha on its own")
+    defaults: SuiteDefaults = Field(default_factory=SuiteDefaults, description="The gate of "
+                                    "every quality, safety or structured suite no gate names")
+    ungated: list[Ungated] = Field(default_factory=list, description="Suites measured but "
+                                   "deliberately not judged, each with its reason")
     quality: list[QualityGate] = Field(default_factory=list)
     safety: list[QualityGate] = Field(default_factory=list, description="Paired like quality, "
                                       "on safety suites (score: the right refusal behaviour)")
@@ -180,15 +227,55 @@ class GatePolicy(StrictModel):
     sweep: SweepPolicy = Field(default_factory=SweepPolicy,
                                description="How a sweep ranks the candidates that passed")
 
-    def paired(self) -> list[tuple[str, QualityGate]]:
-        """Every paired non-inferiority gate with its section name."""
-        return ([("quality", g) for g in self.quality] + [("safety", g) for g in self.safety]
-                + [("structured", g) for g in self.structured])
+    def paired(self, measured: Mapping[str, str] | None = None) -> list[tuple[str, QualityGate]]:
+        """Every paired non-inferiority gate with its section name: those the policy
+        names, then, given the suites a run measured (name -> kind), the default gate of
+        each suite of a defaulted kind that no gate names and `ungated` does not list."""
+        named = ([("quality", g) for g in self.quality] + [("safety", g) for g in self.safety]
+                 + [("structured", g) for g in self.structured])
+        return named + [(kind, rule.for_suite(suite))
+                        for suite, kind, rule in self.defaulted(measured or {})]
+
+    def defaulted(self, measured: Mapping[str, str]) -> list[tuple[str, str, SuiteDefault]]:
+        """(suite, kind, default) for each measured suite the defaults gate."""
+        named = {g.suite for g in self.quality + self.safety + self.structured} \
+            | {u.suite for u in self.ungated}
+        out = []
+        for suite, kind in sorted(measured.items()):
+            rule = getattr(self.defaults, kind, None) if kind in SECTIONS else None
+            if rule is not None and suite not in named:
+                out.append((suite, kind, rule))
+        return out
+
+    def gated_by(self, measured: Mapping[str, str]) -> dict[str, str]:
+        """How each measured suite is judged, in words (validate and the record say it)."""
+        out = {}
+        defaulted = {s for s, _, _ in self.defaulted(measured)}
+        ungated = {u.suite: u.reason for u in self.ungated}
+        fidelity = {g.suite for g in self.fidelity}
+        for suite, kind in sorted(measured.items()):
+            gates = [f"{sec} gate (max_drop {g.max_drop})" for sec, g in self.paired()
+                     if g.suite == suite]
+            if suite in defaulted:
+                gates.append(f"the policy's {kind} default")
+            if suite in fidelity:
+                gates.append("fidelity gate")
+            if suite in ungated:
+                out[suite] = f"ungated: {ungated[suite]}"
+            elif gates:
+                out[suite] = ", ".join(gates)
+            elif kind in SECTIONS:
+                out[suite] = ("not gated: no gate names it and the policy sets no "
+                              f"defaults.{kind}")
+            else:
+                out[suite] = f"not gated: no {kind} gate names it"
+        return out
 
 
     def judges_something(self) -> bool:
-        return bool(self.paired() or self.fidelity or self.latency or self.slo or self.memory
-                    or self.health)
+        defaults = any(getattr(self.defaults, k) is not None for k in SECTIONS)
+        return bool(self.paired() or defaults or self.fidelity or self.latency or self.slo
+                    or self.memory or self.health)
 
 
 def load_gate_policy(path: Path) -> GatePolicy:

@@ -12,6 +12,7 @@ from workbench.gate.paired import (
     Status,
 )
 from workbench.loadtest.results import LoadResult
+from workbench.serve.engine import ServerInfo
 from workbench.suites.results import SuiteResult
 
 __all__ = ["Evidence", "GateId", "GateOutcome"]
@@ -66,11 +67,20 @@ class GateOutcome:
     value: float | None = None
     evidence: dict = field(default_factory=dict)
     id: GateId | None = None  # None only in records written before schema 5
+    # an absolute gate judged on the baseline too: its status there ("fail": no candidate
+    # of this model can be expected to pass it; docs/gates.md); None for relative gates
+    baseline_status: Status | None = None
+    # judged and shown, not counted in the decision (the policy marks it so, e.g. CPU
+    # latency whose intervals cannot decide)
+    informational: bool = False
 
     @classmethod
     def of(cls, gate: GateId, status: Status, detail: str, threshold: float | None = None,
-           value: float | None = None, evidence: dict | None = None) -> GateOutcome:
-        return cls(str(gate), status, detail, threshold, value, evidence or {}, gate)
+           value: float | None = None, evidence: dict | None = None,
+           baseline_status: Status | None = None, informational: bool = False
+           ) -> GateOutcome:
+        return cls(str(gate), status, detail, threshold, value, evidence or {}, gate,
+                   baseline_status, informational)
 
     @property
     def identity(self) -> GateId:
@@ -95,3 +105,6 @@ class Evidence:
     # role -> figures its endpoint could not give (serve.ENDPOINT_UNMEASURED); empty when
     # both models were served here
     unmeasured: dict[str, list[str]] = field(default_factory=dict)
+    # (baseline, candidate) server facts for the comparability gate (a side None: not
+    # measured, fail closed); None: judged without that gate (gate arithmetic alone)
+    servers: tuple[ServerInfo | None, ServerInfo | None] | None = None

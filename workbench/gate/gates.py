@@ -19,9 +19,10 @@ from workbench.config.gate_policy import (
     HealthGate,
     MemoryGate,
     QualityGate,
-    SLOGate,
 )
+from workbench.gate.comparability import comparability
 from workbench.gate.evidence import Evidence, GateId, GateOutcome
+from workbench.gate.floors import rate_bound, slo_outcome
 from workbench.gate.latency import (
     latency_outcomes,
     ratio,
@@ -37,7 +38,8 @@ from workbench.gate.paired import (
 )
 from workbench.suites.results import SuiteResult
 
-__all__ = ["decide", "evaluate_gates", "non_inferiority"]
+__all__ = ["bound_false_rejects", "decide", "evaluate_gates",
+           "non_inferiority"]
 
 
 def non_inferiority(delta: PairedDelta, margin: float) -> Status:
@@ -99,21 +101,17 @@ def _paired_checks(section: str, gate: QualityGate, base: SuiteResult | None,
             replace(name, check="recovery"), "pass" if ratio >= gate.min_recovery else "fail",
             f"candidate/baseline {overall.candidate:.3f}/{overall.baseline:.3f} = {ratio:.3f} "
             f"(min {gate.min_recovery})", gate.min_recovery, ratio))
-    if overall is not None and gate.min_value is not None:
-        floors.append(GateOutcome.of(
-            replace(name, check="floor"), "pass" if overall.candidate >= gate.min_value else "fail",
-            f"candidate {gate.metric} {overall.candidate:.3f} (min {gate.min_value})",
-            gate.min_value, overall.candidate))
+    bounds = [(b, side) for b, side in ((gate.min_value, "min"), (gate.max_value, "max"))
+              if b is not None]
+    floors += [rate_bound(name, gate.metric, bound, side, base, cand, compared)
+               for bound, side in bounds]
     return checks, floors
 
 
 def _judge_paired(checks: list[_PairedCheck], policy: GatePolicy) -> list[GateOutcome]:
-    """Each test's outcome: by its interval, or by Holm-adjusted one-sided p-values across
-    every paired test of the policy when it asks for that."""
-    tested = [c for c in checks if c.delta is not None]
-    adjusted = holm_adjust([c.delta.p_inferior for c in tested if c.delta]) \
-        if policy.multiple_comparisons == "holm" else None
-    alpha = (1 - policy.confidence) / 2
+    """Each test's outcome by its interval. A pass needs no adjustment for the number of
+    tests: the decision promotes only when every gate passes (an intersection-union test,
+    docs/gates.md); false rejects are bounded afterwards (bound_false_rejects)."""
     outcomes = []
     for check in checks:
         if check.outcome is not None:
@@ -123,11 +121,6 @@ def _judge_paired(checks: list[_PairedCheck], policy: GatePolicy) -> list[GateOu
         assert d is not None
         status = non_inferiority(d, check.margin)
         extra = ""
-        if adjusted is not None:
-            p_adj = adjusted[tested.index(check)]
-            extra = f", Holm-adjusted p={p_adj:.3g} (alpha {alpha:.3g})"
-            status = "pass" if p_adj <= alpha else ("fail" if status == "fail"
-                                                    else "inconclusive")
         if check.constant_baseline and status == "pass" \
                 and d.flips_to_wrong + d.flips_to_right == 0:
             status = "inconclusive"  # a pass it could not have failed is no evidence
@@ -143,8 +136,37 @@ def _judge_paired(checks: list[_PairedCheck], policy: GatePolicy) -> list[GateOu
                   f"McNemar p={d.mcnemar_p:.3g}, n={d.n}{extra}")
         outcomes.append(GateOutcome.of(check.label, status, detail, -check.margin, d.delta,
                                     {**asdict(d), **strength,
-                                     "constant_baseline": check.constant_baseline}))
+                                     "constant_baseline": check.constant_baseline,
+                                     "p_fail": d.p_acceptable}))
     return outcomes
+
+
+def bound_false_rejects(outcomes: list[GateOutcome], policy: GatePolicy) -> list[GateOutcome]:
+    """Under `multiple_comparisons: holm`, a test's fail stands only when its one-sided
+    p-value of "acceptable" (evidence p_fail), Holm-adjusted across every paired test and
+    floor, is at most alpha: an acceptable candidate is then rejected by any of them with
+    chance at most alpha (docs/gates.md, "False rejects"). A fail that does not survive
+    the adjustment is inconclusive."""
+    tests = [i for i, o in enumerate(outcomes) if isinstance(o.evidence.get("p_fail"), float)
+             and not math.isnan(o.evidence["p_fail"])]
+    if policy.multiple_comparisons != "holm" or not tests:
+        return outcomes
+    alpha = (1 - policy.confidence) / 2
+    adjusted = holm_adjust([outcomes[i].evidence["p_fail"] for i in tests])
+    out = list(outcomes)
+    for i, p_adj in zip(tests, adjusted, strict=True):
+        o = out[i]
+        evidence = {**o.evidence, "p_fail_adjusted": p_adj}
+        if o.status != "fail":
+            out[i] = replace(o, evidence=evidence)
+        elif p_adj <= alpha:
+            out[i] = replace(o, evidence=evidence, detail=o.detail + (
+                f"; Holm-adjusted p={p_adj:.3g} over {len(tests)} tests (alpha {alpha:.3g})"))
+        else:
+            out[i] = replace(o, status="inconclusive", evidence=evidence, detail=o.detail + (
+                f"; not a reject once {len(tests)} tests are counted: Holm-adjusted "
+                f"p={p_adj:.3g} > alpha {alpha:.3g}"))
+    return out
 
 
 def _has_health(result: SuiteResult) -> bool:
@@ -185,7 +207,8 @@ def _health_gate_checks(gate: HealthGate, ev: Evidence, compared: Comparisons
         if c and base is not None and cand is not None:
             measured.append((base, cand))
     if gate.pooled_max_drop is not None and len(measured) > 1:
-        rule = QualityGate(suite="(pooled)", metric="healthy", max_drop=gate.pooled_max_drop)
+        rule = QualityGate(suite="(pooled)", metric="healthy", max_drop=gate.pooled_max_drop,
+                           min_value=gate.min_value)
         c, f = _paired_checks("health", rule, _pooled([b for b, _ in measured]),
                               _pooled([c for _, c in measured]), compared,
                               GateId("health", "(pooled)"))
@@ -255,30 +278,6 @@ def _fidelity_outcomes(gate: FidelityGate, ev: Evidence) -> list[GateOutcome]:
     return out
 
 
-def _slo_outcome(gate: SLOGate, ev: Evidence) -> GateOutcome:
-    where = gate.level or "heaviest"
-    name = GateId("slo", level=where)
-    if ev.device not in gate.devices:
-        return GateOutcome.of(name, "not_applicable", f"judges {', '.join(gate.devices)} "
-                           f"measurements; this run is {ev.device}")
-    levels = ev.cand_load.levels if ev.cand_load else []
-    level = (levels[-1] if levels else None) if gate.level is None else next(
-        (lv for lv in levels if lv.key == gate.level), None)
-    if level is None or not level.slo:
-        return GateOutcome.of(name, "fail", f"no SLO figures at level {where} (fail closed: "
-                           "the load profile must declare an SLO and run that level)")
-    problems = [] if level.slo.get("meets_slo") else [
-        f"p99 TTFT {level.ttft_ms['p99']:.0f} ms / TPOT {level.tpot_ms['p99']:.1f} ms vs "
-        f"{level.slo['ttft_p99_ms']:.0f} / {level.slo['tpot_p99_ms']:.0f}"
-        + (f", {level.failed} failed" if level.failed else "")]
-    if gate.min_attainment is not None and level.slo["attainment"] < gate.min_attainment:
-        problems.append(f"attainment {level.slo['attainment']:.3f} < {gate.min_attainment}")
-    detail = (f"candidate at {level.key}: " + ("; ".join(problems) if problems else
-              f"meets the SLO, attainment {level.slo['attainment']:.3f}"))
-    return GateOutcome.of(GateId("slo", level=level.key), "fail" if problems else "pass", detail,
-                       gate.min_attainment, level.slo["attainment"], dict(level.slo))
-
-
 def evaluate_gates(policy: GatePolicy, ev: Evidence, seed: int,
                    compared: Comparisons | None = None) -> list[GateOutcome]:
     """Every gate of the policy, judged on the evidence: pass, fail, inconclusive or
@@ -287,7 +286,7 @@ def evaluate_gates(policy: GatePolicy, ev: Evidence, seed: int,
     compared = compared or Comparisons(policy.confidence, policy.bootstrap_resamples, seed)
     checks: list[_PairedCheck] = []
     floors: list[GateOutcome] = []
-    for section, gate in policy.paired():
+    for section, gate in policy.paired(measured_kinds(ev)):
         c, f = _paired_checks(section, gate, ev.base_suites.get(gate.suite),
                               ev.cand_suites.get(gate.suite), compared)
         checks += c
@@ -302,17 +301,25 @@ def evaluate_gates(policy: GatePolicy, ev: Evidence, seed: int,
     for lat in policy.latency:
         outcomes += latency_outcomes(lat, ev, policy, seed)
     for slo in policy.slo:
-        outcomes.append(_slo_outcome(slo, ev))
+        outcomes.append(slo_outcome(slo, ev, compared.confidence, seed))
     for mem in policy.memory:
         outcomes.append(_memory_outcome(mem, ev))
-    return outcomes
+    if ev.servers is not None:
+        outcomes.append(comparability(*ev.servers, ev.base_suites, ev.cand_suites)[1])
+    return bound_false_rejects(outcomes, policy)
+
+
+def measured_kinds(ev: Evidence) -> dict[str, str]:
+    """Every suite either model measured, by kind: what the policy's defaults apply to."""
+    return {r.suite: r.kind for r in (*ev.base_suites.values(), *ev.cand_suites.values())}
 
 
 def decide(outcomes: list[GateOutcome], inconclusive_blocks: bool = True
            ) -> Literal["promote", "reject", "inconclusive"]:
     """Reject on any failure (or when nothing was judged); promote when every applicable
-    gate passed, or when the rest are inconclusive and the policy lets that through."""
-    judged = [o for o in outcomes if o.status != "not_applicable"]
+    gate passed, or when the rest are inconclusive and the policy lets that through.
+    Informational gates are shown, never counted."""
+    judged = [o for o in outcomes if o.status != "not_applicable" and not o.informational]
     if not judged or any(o.status == "fail" for o in judged):
         return "reject"
     if inconclusive_blocks and any(o.status == "inconclusive" for o in judged):

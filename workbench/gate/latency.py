@@ -21,7 +21,8 @@ from workbench.gate.evidence import Evidence, GateId, GateOutcome
 from workbench.loadtest.results import LevelResult, LoadResult, per_request_ms
 
 __all__ = ["MIN_TAIL", "Judgement", "latency_judgement", "latency_outcomes", "level_value", "ratio",
-           "ratio_interval", "round_values", "session_ratio_interval", "within_session_interval"]
+           "ratio_interval", "round_values", "session_ratio_interval", "wider_than_margin",
+           "within_session_interval"]
 
 Judgement = Literal["pass", "fail", "inconclusive"]
 
@@ -135,13 +136,15 @@ def latency_outcomes(gate: LatencyGate, ev: Evidence, policy: GatePolicy, seed: 
         return [GateOutcome.of(name, "not_applicable", f"judges {', '.join(gate.devices)} "
                             f"measurements; this run is {ev.device}")]
     if base is None or cand is None or not base.levels:
-        return [GateOutcome.of(name, "fail", "load-test results missing (fail closed)")]
+        return [GateOutcome.of(name, "fail", "load-test results missing (fail closed)",
+                               informational=gate.informational)]
     outcomes = []
     for blevel in base.levels:
         label = dataclasses.replace(name, level=blevel.key)
         clevel = cand.level(blevel.key)
         if clevel is None:
-            outcomes.append(GateOutcome.of(label, "fail", "candidate level missing (fail closed)"))
+            outcomes.append(GateOutcome.of(label, "fail", "candidate level missing (fail closed)",
+                                           informational=gate.informational))
             continue
         bv, cv = level_value(blevel, gate.metric), level_value(clevel, gate.metric)
         value = ratio(bv, cv)
@@ -165,8 +168,25 @@ def latency_outcomes(gate: LatencyGate, ev: Evidence, policy: GatePolicy, seed: 
         status = latency_judgement(value, interval, limit, bound)
         detail = (f"{gate.metric} {bv:.2f} -> {cv:.2f}, ratio {value:.3f}{shown} "
                   f"({bound} {limit})")
+        if status == "pass" and interval is not None and wider_than_margin(interval, limit,
+                                                                           bound):
+            status = "inconclusive"
+            detail += ("; the interval is wider than the way from 1.0 to the limit: it "
+                       "cannot tell an unchanged candidate from one at its margin")
         outcomes.append(GateOutcome.of(label, status, detail, limit, value, {
             "baseline": bv, "candidate": cv,
             "ratio_interval": list(interval) if interval else None,
-            "baseline_rounds": rounds[0], "candidate_rounds": rounds[1]}))
+            "baseline_rounds": rounds[0], "candidate_rounds": rounds[1]},
+            informational=gate.informational))
     return outcomes
+
+
+def wider_than_margin(interval: tuple[float, float], limit: float, bound: str) -> bool:
+    """A ratio gate with room on the far side of 1.0 (max_ratio 2.0: "at most twice as
+    slow") decides only with an interval narrower than that room: one spanning more than
+    1.0 to 2.0 could come from an unchanged candidate or from one at the margin, and a pass
+    it gives is no evidence (docs/gates.md, "Latency"). A limit asking for a speed-up
+    (max_ratio 1.0) has no such room: its interval must simply lie beyond it."""
+    room = limit if bound == "max" else 1 / limit
+    low, high = interval
+    return room > 1 and low > 0 and high / low > room

@@ -15,7 +15,8 @@ from typing_extensions import TypedDict
 from workbench.suites.results import ItemResult, SuiteResult
 
 __all__ = ["ALL", "POWER", "Comparisons", "Paired", "PairedDelta", "SliceComparison", "Status",
-           "constant_answers", "count_flips", "evidence_strength", "holm_adjust", "paired_delta",
+           "constant_answers", "count_flips", "evidence_strength", "holm_adjust", "item_value",
+           "paired_delta",
            "paired_delta_and_means", "paired_scores"]
 
 Status = Literal["pass", "fail", "inconclusive", "not_applicable"]
@@ -35,6 +36,7 @@ class PairedDelta:
     flips_to_right: int
     mcnemar_p: float
     p_inferior: float = math.nan  # one-sided bootstrap p of delta <= -margin
+    p_acceptable: float = math.nan  # one-sided bootstrap p of delta >= -margin (for Holm)
     sd: float = math.nan  # standard deviation of the per-item differences
 
 
@@ -130,7 +132,7 @@ def holm_adjust(pvalues: list[float]) -> list[float]:
     return adjusted
 
 
-def _item_value(item: ItemResult, metric: str) -> float | None:
+def item_value(item: ItemResult, metric: str) -> float | None:
     return item.score if metric == "score" else item.checks.get(metric)
 
 
@@ -139,7 +141,7 @@ def paired_scores(base: SuiteResult, cand: SuiteResult, slice_name: str | None =
     """Both runs' values on the items both answered (in a slice, if named), by id."""
     def values(r: SuiteResult) -> dict[str, float]:
         return {i.id: v for i in r.items if slice_name is None or slice_name in i.slices
-                if (v := _item_value(i, metric)) is not None}
+                if (v := item_value(i, metric)) is not None}
 
     b, c = values(base), values(cand)
     common = sorted(b.keys() & c.keys())
@@ -173,8 +175,10 @@ class Paired:
     means: np.ndarray = field(repr=False, compare=False)
 
     def against(self, margin: float) -> PairedDelta:
-        """The delta with the one-sided p of falling at or below -margin (H0: inferior)."""
-        return replace(self.delta, p_inferior=float(np.mean(self.means <= -margin)))
+        """The delta with the one-sided p of falling at or below -margin (H0: inferior),
+        and of lying at or above it (H0: acceptable; a reject's p-value)."""
+        return replace(self.delta, p_inferior=float(np.mean(self.means <= -margin)),
+                       p_acceptable=float(np.mean(self.means >= -margin)))
 
     def to_json(self) -> SliceComparison:
         d = self.delta

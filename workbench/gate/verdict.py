@@ -15,8 +15,9 @@ from typing import Literal
 from typing_extensions import TypedDict
 
 from workbench.config.gate_policy import GatePolicy
+from workbench.gate.comparability import ComparabilitySection
 from workbench.gate.evidence import Evidence, GateOutcome
-from workbench.gate.gates import decide, evaluate_gates
+from workbench.gate.gates import decide, evaluate_gates, measured_kinds
 from workbench.gate.paired import ALL, Comparisons, SliceComparison
 from workbench.measure.measurement import Measurement
 from workbench.suites.definition import Suite
@@ -37,6 +38,13 @@ class PolicySection(TypedDict):
     paired_tests: int
     alpha_one_sided: float
     family_false_fail_bound: float
+    tests: int  # paired tests and floors: what the false-reject bound counts
+    # absolute gates the baseline itself does not meet: it misses them (fail), or cannot
+    # be shown to meet them at this n (inconclusive); no candidate can be expected to pass
+    baseline_misses: list[str]
+    baseline_unproven: list[str]
+    coverage: dict[str, str]  # each measured suite: the gate that judges it, or why none
+    informational: list[str]  # gates shown but not counted in the decision
 
 
 class Flips(TypedDict):
@@ -72,6 +80,17 @@ class GateReport:
     policy: PolicySection
     suites: dict[str, SuiteComparison] = field(default_factory=dict)
 
+    @property
+    def comparability(self) -> ComparabilitySection:
+        """What the comparability gate compared (its evidence: computed once, there)."""
+        gate = next((g for g in self.gates if g.identity.section == "comparability"), None)
+        if gate is None or not gate.evidence:
+            return ComparabilitySection(checks=[], prefix_cache_at_start={}, candidate_args=[])
+        ev = gate.evidence
+        return ComparabilitySection(checks=ev["checks"],
+                                    prefix_cache_at_start=ev["prefix_cache_at_start"],
+                                    candidate_args=ev["candidate_args"])
+
 
 def evidence(base: Measurement | None, cand: Measurement | None, fidelity: dict, device: str,
              run_dir: Path) -> Evidence:
@@ -87,7 +106,8 @@ def evidence(base: Measurement | None, cand: Measurement | None, fidelity: dict,
         raw_dirs=(run_dir / "baseline" / "load", run_dir / "candidate" / "load"),
         unmeasured={role: m.server.unmeasured for role, m in (("baseline", base),
                                                               ("candidate", cand))
-                    if m is not None and m.server.unmeasured})
+                    if m is not None and m.server.unmeasured},
+        servers=(base.server if base else None, cand.server if cand else None))
 
 
 def judge(policy: GatePolicy, policy_path: Path, base: Measurement | None,
@@ -97,7 +117,7 @@ def judge(policy: GatePolicy, policy_path: Path, base: Measurement | None,
     compared = Comparisons(policy.confidence, policy.bootstrap_resamples, seed)
     outcomes = evaluate_gates(policy, ev, seed, compared)
     return GateReport(outcomes, decide(outcomes, policy.inconclusive_blocks),
-                      policy_summary(policy, policy_path, outcomes),
+                      policy_summary(policy, policy_path, outcomes, measured_kinds(ev)),
                       compare_suites(ev, compared))
 
 
@@ -129,22 +149,29 @@ def token_fidelity(suites: list[Suite], run_dir: Path) -> dict[str, dict]:
     return out
 
 
-def policy_summary(policy: GatePolicy, path: Path, outcomes: list[GateOutcome]
-                   ) -> PolicySection:
-    """Which policy judged the run, and what running many tests means for a false reject."""
+def policy_summary(policy: GatePolicy, path: Path, outcomes: list[GateOutcome],
+                   measured: dict[str, str] | None = None) -> PolicySection:
+    """Which policy judged the run, what running many tests means for a false reject, the
+    gates the baseline itself misses, and how each measured suite was judged."""
     paired = [o for o in outcomes if "mcnemar_p" in o.evidence]
+    tests = [o for o in outcomes if "p_fail" in o.evidence]
     alpha = (1 - policy.confidence) / 2
-    k = len(paired)
+    holm = policy.multiple_comparisons == "holm"
+    counted = [o for o in outcomes if not o.informational]
     return {
         "path": str(path), "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
         "confidence": policy.confidence, "bootstrap_resamples": policy.bootstrap_resamples,
         "inconclusive_blocks": policy.inconclusive_blocks,
         "multiple_comparisons": policy.multiple_comparisons,
-        "gates_judged": sum(o.status != "not_applicable" for o in outcomes),
-        "paired_tests": k, "alpha_one_sided": alpha,
-        # a candidate no worse in truth fails a paired test with chance <= alpha each; over
-        # k tests the chance of at least one such 'fail' is at most k*alpha (Bonferroni,
-        # whatever their dependence), or alpha under Holm
-        "family_false_fail_bound": round(alpha if policy.multiple_comparisons == "holm"
-                                         else min(1.0, k * alpha), 4),
+        "gates_judged": sum(o.status != "not_applicable" for o in counted),
+        "paired_tests": len(paired), "alpha_one_sided": alpha, "tests": len(tests),
+        # a candidate acceptable in truth (every delta at or above its margin, every rate
+        # meeting its floor) fails one test with chance <= alpha; over k tests, some fail
+        # with chance <= k*alpha (Bonferroni, whatever their dependence), or <= alpha when
+        # Holm adjusts the fails (gates.bound_false_rejects; docs/gates.md)
+        "family_false_fail_bound": round(alpha if holm else min(1.0, len(tests) * alpha), 4),
+        "baseline_misses": [o.gate for o in counted if o.baseline_status == "fail"],
+        "baseline_unproven": [o.gate for o in counted if o.baseline_status == "inconclusive"],
+        "coverage": policy.gated_by(measured or {}),
+        "informational": [o.gate for o in outcomes if o.informational],
     }
