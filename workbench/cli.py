@@ -23,6 +23,7 @@ from workbench.mechanisms.errors import InfraError, InputError, WorkbenchError
 from workbench.mechanisms.files import inside
 from workbench.mechanisms.paths import SHIPPED
 from workbench.mechanisms.processes import install_sigterm_as_interrupt
+from workbench.pipeline.coverage import coverage_lines
 from workbench.pipeline.evaluate import run_evaluate
 from workbench.pipeline.gate import regate_stored
 from workbench.pipeline.log import log_stored_run
@@ -341,11 +342,12 @@ def validate(config_path: str, candidate: str | None, load_profile: str | None,
     cfg = _load(config_path, load_profile, baseline_endpoint, candidate_endpoint)
     outputs = _outputs(runs_dir, junit, summary)
     if candidate is not None:
-        plan(cfg, candidate, outputs)  # evaluate's own check
-        checked = f"candidate {candidate}"
+        p = plan(cfg, candidate, outputs)  # evaluate's own check
+        checked, coverage = f"candidate {candidate}", coverage_lines(p.policy, p.suites, p)
     else:
-        check_config(cfg, outputs)
+        policy, suites = check_config(cfg, outputs)
         checked = f"{len(cfg.candidates)} candidate(s)"
+        coverage = coverage_lines(policy, suites)
     if all_suites:
         extra = sorted(str(p.parent) for p in SUITES_ROOT.glob("*/*/suite.yaml")
                        if p.parent.name not in cfg.suites)
@@ -361,6 +363,7 @@ def validate(config_path: str, candidate: str | None, load_profile: str | None,
     console.print(f"[green]ok[/]: {path} — {checked}, {n_suites} suite(s) checked, gates "
                   f"{cfg.gates}, load profiles {', '.join(sorted(cfg.load.profiles))} "
                   f"(this run: {cfg.load.profile})")
+    console.print("how each suite is judged:\n" + "\n".join(coverage), markup=False)
     return 0
 
 

@@ -41,10 +41,11 @@ model: {{name: talking-llama, path: {talking}}}
 candidates:
   same: {{recipe: none}}                 # the baseline's own weights: an A/A
   looping: {{checkpoint: {looping}}}
+  retemplated: {{checkpoint: {retemplated}}}  # the baseline with another chat template
 calibration:
   files: [{repo}/calibration_data/shakespeare_milton.jsonl]
 engine: {{max_model_len: 512, enforce_eager: true, kv_cache_space_gib: 1, startup_timeout_s: 600}}
-suites: [advbench, arithmetic, heldout-text]
+suites: [advbench, arithmetic, heldout-text, {next_word}]
 profile: smoke
 load:
   profile: tiny
@@ -59,7 +60,11 @@ tracking: {{experiment: health}}
 # around 1x, and one session each gives an interval within a session only (an A/A once
 # came out [0.68, 0.93]). The A/A must pass them; interleaved rounds, whose interval holds
 # 1, are test_endpoints' (there a round costs no engine start).
+# Every quality suite no gate names gets the policy's default: next-word is judged with
+# it. (PLAIN below is the same policy without the default: next-word then goes unjudged.)
 GATES = """
+defaults:
+  quality: {max_drop: 0.05}
 health: {max_drop: 0.05, pooled_max_drop: 0.05}
 fidelity:
   - {suite: heldout-text, min_identical_share: 0.9, min_prefix_agreement: 0.9}
@@ -67,6 +72,15 @@ latency:
   - {metric: e2el_p50_ms, max_ratio: 10.0}
   - {metric: output_throughput, min_ratio: 0.1}
 """
+
+
+def single_token_words() -> list[str]:
+    """WORDS that are one token each (with their leading space), in order: the cycle."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(default_model_dir())
+    return [w for w in dict.fromkeys(WORDS)
+            if len(tok.encode(" " + w, add_special_tokens=False)) == 1]
 
 
 def cycle_model(base: Path, out: Path, cycle_len: int) -> Path:
@@ -78,8 +92,8 @@ def cycle_model(base: Path, out: Path, cycle_len: int) -> Path:
 
     shutil.copytree(base, out)
     tok = AutoTokenizer.from_pretrained(default_model_dir())
-    ids = [tok.encode(" " + w, add_special_tokens=False) for w in dict.fromkeys(WORDS)]
-    cycle = [i[0] for i in ids if len(i) == 1][:cycle_len]
+    cycle = [tok.encode(" " + w, add_special_tokens=False)[0]
+             for w in single_token_words()[:cycle_len]]
     last = tok.apply_chat_template([{"role": "user", "content": "x"}],
                                    add_generation_prompt=True, tokenize=True,
                                    return_dict=True)["input_ids"][-1]
@@ -105,6 +119,34 @@ def cycle_model(base: Path, out: Path, cycle_len: int) -> Path:
     return out
 
 
+def next_word_suite(folder: Path) -> Path:
+    """Multiple choice the talking model answers right every time: after a word of its
+    cycle, which of two words comes next. The looping model knows only its first three
+    words (every other token predicts itself), so it is at chance here."""
+    words = single_token_words()[:150]
+    folder.mkdir()
+    (folder / "suite.yaml").write_text(
+        'name: next-word\nversion: "1"\nkind: quality\nprompt_template: "{context}"\n'
+        "scoring: choice\n")
+    rows = [{"id": f"w{i:03d}", "context": f" {words[i]}",
+             "choices": [f" {words[i + 1]}", f" {words[(i + 7) % 150]}"], "answer": 0,
+             "slices": ["words"]} for i in range(4, 44)]
+    (folder / "items.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (folder / "SOURCE.md").write_text("Written by this test from its own word list.\n")
+    (folder / "LICENSE").write_text("The project's licence (LICENSE at the top).\n")
+    return folder
+
+
+def retemplated_model(base: Path, out: Path) -> Path:
+    """The baseline's weights with a chat template of its own: not only the weights differ."""
+    shutil.copytree(base, out)
+    for name in ("chat_template.jinja", "tokenizer_config.json"):
+        if (out / name).is_file():
+            text = (out / name).read_text()
+            (out / name).write_text(text.replace("<|im_start|>assistant", "<|im_start|>bot"))
+    return out
+
+
 def gates_by_name(record: dict) -> dict[str, dict]:
     return {g["gate"]: g for g in record["gates"]}
 
@@ -113,9 +155,13 @@ def test_a_looping_candidate_is_rejected_and_an_aa_passes(tiny_model: Path, tmp_
                                                           workbench) -> None:
     talking = cycle_model(tiny_model, tmp_path / "talking", 150)
     looping = cycle_model(tiny_model, tmp_path / "looping", 3)
+    retemplated = retemplated_model(talking, tmp_path / "retemplated")
     (tmp_path / "gates.yaml").write_text(GATES)
     config = tmp_path / "health.yaml"
-    config.write_text(CONFIG.format(talking=talking, looping=looping, repo=REPO))
+    config.write_text(CONFIG.format(talking=talking, looping=looping, retemplated=retemplated,
+                                    next_word=next_word_suite(tmp_path / "next-word"),
+                                    repo=REPO))
+    check_a_chat_template_difference_is_refused(config, tmp_path, workbench)
 
     same = workbench("evaluate", "--candidate", "same", "--config", str(config),
                      "--runs-dir", "runs", cwd=tmp_path)
@@ -132,6 +178,9 @@ def test_a_looping_candidate_is_rejected_and_an_aa_passes(tiny_model: Path, tmp_
     assert latency and all(g["status"] == "pass" for g in latency), latency
     # every prompt gets the same words: the arithmetic comparison says it cannot see a change
     assert record["suites"]["arithmetic"]["comparison"]["(all)"]["constant_baseline"]
+    assert gates["quality:next-word"]["status"] == "pass"  # the default: 1.000 -> 1.000
+    assert gates["comparability"]["status"] == "pass", gates["comparability"]
+    assert record["comparability"]["prefix_cache_at_start"]["candidate"].startswith("empty")
     assert record["decision"] in ("promote", "inconclusive")
 
     broken = workbench("evaluate", "--candidate", "looping", "--config", str(config),
@@ -152,3 +201,56 @@ def test_a_looping_candidate_is_rejected_and_an_aa_passes(tiny_model: Path, tmp_
     assert "health:(pooled)" in broken.stdout
     markdown = next((tmp_path / "runs").glob("*-looping/decision.md")).read_text()
     assert "## Generation health" in markdown and "looping" in markdown
+    # next-word, which no gate names, is judged by the policy's default, and fails
+    assert gates["quality:next-word"]["status"] == "fail", gates["quality:next-word"]
+    assert record["policy"]["coverage"]["next-word"] == "the policy's quality default"
+    run_dir = next((tmp_path / "runs").glob("*-looping"))
+    check_regated_looping_run(run_dir, tmp_path, workbench)
+
+
+PLAIN = GATES.replace("defaults:\n  quality: {max_drop: 0.05}\n", "")
+# Floors on the looping model's healthy share (none of its responses is healthy): at the
+# 40 items of advbench an interval from 0 reaches above 0.05; over the 160 items pooled it
+# does not. And a floor its baseline (the talking model, arithmetic 0) misses.
+FLOORS = """
+health: {max_drop: 1.0, pooled_max_drop: 1.0, min_value: 0.05}
+quality:
+  - {suite: arithmetic, max_drop: 1.0, min_value: 0.5}
+"""
+
+
+def check_regated_looping_run(run_dir: Path, tmp_path: Path, workbench) -> None:
+    """The stored looping run judged again, no engine: without the policy's default the
+    suite it failed goes unjudged (and says so); a floor is inconclusive at few items and
+    decided at many; a floor the baseline misses is named as the policy's defect."""
+    (tmp_path / "plain.yaml").write_text(PLAIN)
+    plain = workbench("gate", str(run_dir), "--policy", "plain.yaml", cwd=tmp_path)
+    regated = json.loads((run_dir / "gate-plain" / "decision.json").read_text())
+    assert "quality:next-word" not in gates_by_name(regated), plain.stdout
+    assert regated["policy"]["coverage"]["next-word"].startswith("not gated")
+    (tmp_path / "floors.yaml").write_text(FLOORS)
+    floors = workbench("gate", str(run_dir), "--policy", "floors.yaml", cwd=tmp_path)
+    assert floors.returncode == 1, floors.stdout + floors.stderr
+    record = json.loads((run_dir / "gate-floors" / "decision.json").read_text())
+    gates = gates_by_name(record)
+    small, pooled = gates["health:advbench:floor"], gates["health:(pooled):floor"]
+    assert small["evidence"]["candidate"]["n"] == 40 and small["status"] == "inconclusive"
+    assert "more items would decide it" in small["detail"]
+    assert pooled["evidence"]["candidate"]["n"] > 100 and pooled["status"] == "fail"
+    missed = gates["quality:arithmetic:floor"]
+    assert missed["baseline_status"] == "fail" and "the baseline misses it" in missed["detail"]
+    assert record["policy"]["baseline_misses"] == ["quality:arithmetic:floor"]
+    markdown = (run_dir / "gate-floors" / "decision.md").read_text()
+    assert "No candidate of this model can pass this policy: `quality:arithmetic:floor`" \
+        in markdown
+    assert "no candidate of this model can pass this policy" in floors.stdout.lower()
+
+
+def check_a_chat_template_difference_is_refused(config: Path, tmp_path: Path,
+                                                workbench) -> None:
+    """Seen up front: exit 2 naming the difference, nothing written or started."""
+    refused = workbench("validate", "--config", str(config), "--candidate", "retemplated",
+                        cwd=tmp_path)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert "candidates.retemplated.checkpoint: its chat template differs" in refused.stderr
+    assert not (tmp_path / "runs").exists()

@@ -52,7 +52,9 @@ def record(decision: str) -> DecisionRecord:
         policy={"path": "gates.yaml", "sha256": "0" * 64, "confidence": 0.95,
                 "bootstrap_resamples": 1000, "inconclusive_blocks": True,
                 "multiple_comparisons": "bonferroni", "gates_judged": 1, "paired_tests": 1,
-                "alpha_one_sided": 0.025, "family_false_fail_bound": 0.025},
+                "alpha_one_sided": 0.025, "family_false_fail_bound": 0.025, "tests": 1,
+                "baseline_misses": [], "baseline_unproven": [], "coverage": {},
+                "informational": []},
         reused={"baseline_results": True, "quantized_artifact": False},
     )
 

@@ -25,11 +25,13 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_the_wheel_carries_the_shipped_data(wheel: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
     for shipped in ("configs/default.yaml", "configs/gpu.yaml", "configs/gates/default.yaml",
-                    "configs/gates/strict.yaml", "eval_suites/quality/arithmetic/suite.yaml",
+                    "configs/gates/strict.yaml", "configs/gates/gpu.yaml",
+                    "eval_suites/quality/arithmetic/suite.yaml",
                     "calibration_data/heldout.jsonl", "calibration_data/LICENSE"):
         assert f"workbench/shipped/{shipped}" in names
-    assert "workbench/record/decision-v4.schema.json" in names
-    assert "workbench/sweep/sweep-v2.schema.json" in names
+    for version in range(2, 7):  # every record schema released: `gate` reads them all
+        assert f"workbench/record/decision-v{version}.schema.json" in names
+    assert "workbench/sweep/sweep-v3.schema.json" in names
     suites = {n.split("/")[4] for n in names if n.endswith("/suite.yaml")}
     assert len(suites) >= 12 and not any("__pycache__" in n for n in names)
 

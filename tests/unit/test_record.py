@@ -11,7 +11,7 @@ def test_record_json_carries_decision_exit_code_and_gates(tmp_path: Path) -> Non
     json_path, md_path = write_record(tmp_path, record("promote"))
     data = json.loads(json_path.read_text())
     assert data["decision"] == "promote" and data["exit_code"] == 0
-    assert data["gates"][0]["status"] == "pass" and data["schema_version"] == 5
+    assert data["gates"][0]["status"] == "pass" and data["schema_version"] == 6
     md = md_path.read_text()
     assert md.startswith("# Decision: **PROMOTE**")
     assert "| `quality:arithmetic` | PASS |" in md
@@ -139,14 +139,17 @@ def test_decision_md_lists_failures_first_and_states_the_false_fail_bound(
     from workbench.gate.verdict import policy_summary
 
     rec = record("reject")
-    rec.gates = [GateOutcome("quality:arithmetic", "pass", "ok", evidence={"mcnemar_p": 1.0}),
+    rec.gates = [GateOutcome("quality:arithmetic", "pass", "ok",
+                             evidence={"mcnemar_p": 1.0, "p_fail": 1.0}),
                  GateOutcome("quality:arithmetic[add]", "pass", "ok",
-                             evidence={"mcnemar_p": 1.0}),
+                             evidence={"mcnemar_p": 1.0, "p_fail": 1.0}),
                  GateOutcome("memory:kv_cache_tokens:min_ratio", "fail", "fewer tokens")]
     policy_file = tmp_path / "p.yaml"
     policy_file.write_text("confidence: 0.95\n")
-    rec.policy = policy_summary(GatePolicy(), policy_file, rec.gates)
+    rec.policy = policy_summary(GatePolicy(multiple_comparisons="none"), policy_file, rec.gates)
     assert rec.policy["paired_tests"] == 2 and rec.policy["family_false_fail_bound"] == 0.05
+    holm = policy_summary(GatePolicy(), policy_file, rec.gates)  # the default: Holm
+    assert holm["family_false_fail_bound"] == 0.025
     _, md = write_record(tmp_path, rec)
     text = md.read_text()
     assert text.index("memory:kv_cache_tokens") < text.index("`quality:arithmetic`")

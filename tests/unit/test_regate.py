@@ -103,19 +103,59 @@ def test_a_regated_record_has_every_interval_at_its_own_confidence(
 def test_a_version_4_record_is_still_judged_and_comes_back_in_the_current_shape(
         tmp_path: Path) -> None:
     """A stored record is a contract: one written before gates carried their parts (v4) is
-    checked against v4's schema, re-gated, and written as v5 with each gate's parts."""
+    checked against v4's schema, re-gated, and written in the current shape with each
+    gate's parts."""
     run, *_ = _run_folder(tmp_path)
     old = json.loads((run / "decision.json").read_text())
     old["schema_version"] = 4
     for gate in old["gates"]:
-        del gate["id"]
+        for v5_on in ("id", "baseline_status", "informational"):
+            del gate[v5_on]
+    for v6 in ("comparability", "migrated_from"):
+        del old[v6]
+    for v6 in ("tests", "baseline_misses", "baseline_unproven", "coverage", "informational"):
+        del old["policy"][v6]
     (run / "decision.json").write_text(json.dumps(old))
     out = tmp_path / "regated"
     result = CliRunner().invoke(main, ["gate", str(run), "--out", str(out)])
     assert result.exit_code in (0, 1), result.output
     rec = json.loads((out / "decision.json").read_text())
-    assert rec["schema_version"] == 5
+    assert rec["schema_version"] == 6 and rec["migrated_from"] == [4, 5]
     ids = {g["gate"]: g["id"] for g in rec["gates"]}
     assert ids["quality:q[hard]"] == {"section": "quality", "subject": "q", "metric": None,
                                       "slice": "hard", "check": None, "level": None}
 
+
+
+STORED_V4 = Path(__file__).resolve().parents[1] / "data" / "records" / "v4-default-int4"
+
+
+def test_a_record_the_previous_release_wrote_is_judged_again(tmp_path: Path) -> None:
+    """tests/data/records/v4-default-int4: the default main job's record as release 1b42136
+    wrote it (schema 4). It is checked against v4's schema, migrated step by step, and
+    judged by the current gates; what the trimmed run lacks fails closed, by name."""
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(STORED_V4, run)
+    assert json.loads((run / "decision.json").read_text())["schema_version"] == 4
+    policy = tmp_path / "p.yaml"
+    policy.write_text("quality:\n  - {suite: arithmetic, max_drop: 0.05}\n"
+                      "  - {suite: boolq, max_drop: 0.05}\n"
+                      "defaults:\n  quality: {max_drop: 0.05}\n")
+    out = tmp_path / "regated"
+    result = CliRunner().invoke(main, ["gate", str(run), "--policy", str(policy), "--out",
+                                       str(out)])
+    assert result.exit_code == 1, result.output
+    rec = json.loads((out / "decision.json").read_text())
+    assert rec["schema_version"] == 6 and rec["migrated_from"] == [4, 5]
+    gates = {g["gate"]: g for g in rec["gates"]}
+    # the int4 candidate lost arithmetic then (0.325 -> 0.092) and still does
+    assert gates["quality:arithmetic"]["status"] == "fail"
+    # the default gates the suites no gate names; a suite the trimmed run lacks fails closed
+    assert {"quality:long-context", "quality:commonsenseqa"} <= set(gates)
+    assert "missing (fail closed)" in gates["quality:boolq"]["detail"]
+    # the v4 measurements carry no server facts: comparability fails closed, naming why
+    assert gates["comparability"]["status"] == "fail"
+    assert "recorded before comparability checks existed" in gates["comparability"]["detail"]
+    assert rec["policy"]["coverage"]["long-context"] == "the policy's quality default"

@@ -38,6 +38,7 @@ def regate(run_dir: Path, policy_path: Path | None = None) -> tuple[DecisionReco
     report = judge(policy, path, base, cand, rec.fidelity, rec.device.get("kind", "cpu"),
                    run_dir, int(rec.seeds.get("run", 0)))
     rec.gates, rec.decision, rec.policy = report.gates, report.decision, report.policy
+    rec.comparability = report.comparability
     rec.schema_version = SCHEMA_VERSION  # written anew in the current shape
     if base is not None and cand is not None:
         rec.suites = suite_pairs(base.suites, cand.suites, report.suites)

@@ -137,6 +137,24 @@ def policy_problems(policy: GatePolicy, path: Path, suites: list[Suite]) -> list
                      f"(its scoring is {runs[name].spec.scoring})"
                      for name in policy.health.suites or []
                      if name in runs and not runs[name].generates]
+    return problems + _coverage_problems(policy, path, runs)
+
+
+def _coverage_problems(policy: GatePolicy, path: Path, runs: dict[str, Suite]) -> list[str]:
+    """`ungated` names suites the config runs and no gate judges; a default's metric is
+    one each suite it gates produces."""
+    named = {g.suite for _, g in policy.paired()}
+    problems = [f"{path}: ungated names suite {u.suite!r}, which the config does not run "
+                f"(runs: {', '.join(sorted(runs))})" for u in policy.ungated
+                if u.suite not in runs]
+    problems += [f"{path}: ungated lists {u.suite!r}, which a gate of the policy judges: "
+                 "remove one of them" for u in policy.ungated if u.suite in named]
+    kinds = {run: s.spec.kind for run, s in runs.items()}
+    for suite, kind, rule in policy.defaulted(kinds):
+        if rule.metric not in _allowed_metrics(runs[suite]):
+            problems.append(f"{path}: defaults.{kind}.metric {rule.metric!r} is not produced "
+                            f"by suite {suite!r} ({runs[suite].spec.scoring}); gate it by "
+                            f"name or list it under ungated")
     return problems
 
 

@@ -180,15 +180,17 @@ def check_candidates(cfg: RunConfig, names: list[str], outputs: Outputs, serving
     problems.raise_any()
 
 
-def check_config(cfg: RunConfig, outputs: Outputs) -> None:
+def check_config(cfg: RunConfig, outputs: Outputs) -> tuple[GatePolicy, list[Suite]]:
     """validate's check without --candidate: everything evaluate checks, for every
     candidate's recipe and data and every load profile the config declares; only whether
     this device can serve each candidate is left to `validate --candidate`."""
     problems = Problems()
-    suites_and_policy(cfg, problems)
+    policy, suites = suites_and_policy(cfg, problems)
     config_problems(cfg, list(cfg.candidates), detect_device(), False, outputs,
                     profiles=cfg.load.declared(), problems=problems)
     problems.raise_any()
+    assert policy is not None
+    return policy, suites
 
 
 def plan(cfg: RunConfig, candidate: str, outputs: Outputs, device: str | None = None,

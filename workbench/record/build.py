@@ -121,6 +121,7 @@ def build_record(p: Plan, pair: MeasuredPair, report: GateReport, fidelity: dict
                **({"hub": p.hub} if p.hub else {})},  # type: ignore[typeddict-item]
         device=host_facts(p.device),  # type: ignore[arg-type]
         gates=report.gates,
+        comparability=report.comparability,
         suites=suite_pairs(base.suites, cand.suites, report.suites),
         fidelity=fidelity,
         load={role: m.load.to_dict() for role, m in sides},

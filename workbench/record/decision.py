@@ -10,6 +10,7 @@ from typing import Literal
 
 from typing_extensions import TypedDict
 
+from workbench.gate.comparability import ComparabilitySection
 from workbench.gate.evidence import GateOutcome
 from workbench.gate.verdict import PolicySection
 from workbench.measure.pair import Role
@@ -31,10 +32,12 @@ from workbench.record.sections import (
 __all__ = ["SCHEMA_VERSION", "SEVERITY", "DecisionRecord", "Role", "Sampling", "gate_counts",
            "host_facts", "quantization_metrics", "record_metrics", "worst_first"]
 
-# 5: each gate names itself by its parts (id), not only as text; 4: endpoints, hub commit,
-# per-device cost, unmeasurable figures null; 3: every section
-# typed below the top level; 2: policy, plots, kernels
-SCHEMA_VERSION = 5
+# 6: absolute gates judged on intervals and on the baseline (baseline_status), informational
+# gates, the policy's coverage and baseline misses, comparability; 5: each gate names itself
+# by its parts (id), not only as text; 4: endpoints, hub commit, per-device cost,
+# unmeasurable figures null; 3: every section typed below the top level; 2: policy, plots,
+# kernels. record/migrate.py reads every one of them.
+SCHEMA_VERSION = 6
 
 
 class Sampling(TypedDict):
@@ -76,7 +79,11 @@ class DecisionRecord:
     policy: PolicySection = field(default_factory=lambda: PolicySection())  # type: ignore[typeddict-item]
     mlflow: MlflowSection = field(default_factory=lambda: MlflowSection())
     endpoints: dict[Role, EndpointSection] = field(default_factory=dict)  # sides not served here
+    comparability: ComparabilitySection = field(default_factory=lambda: ComparabilitySection(
+        checks=[], prefix_cache_at_start={}, candidate_args=[]))
     schema_version: int = SCHEMA_VERSION
+    # the schema versions a stored record was migrated through before it was judged again
+    migrated_from: list[int] = field(default_factory=list)
 
     @property
     def exit_code(self) -> int:

@@ -14,13 +14,14 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from workbench.gate.verdict import PolicySection
 from workbench.mechanisms.files import write_json
 from workbench.record.decision import SEVERITY, DecisionRecord, worst_first
+from workbench.record.policy_text import MARK as _MARK
+from workbench.record.policy_text import gate_mark, policy_defect, policy_lines
 
-__all__ = ["print_decision", "render_markdown", "render_summary", "write_junit", "write_record"]
+__all__ = ["print_decision", "render_markdown", "render_summary", "write_junit",
+           "write_record"]
 
-_MARK = {"pass": "PASS", "fail": "FAIL", "inconclusive": "INCONCLUSIVE", "not_applicable": "n/a"}
 
 
 # What "score" means per suite kind, for the reader of the tables.
@@ -251,21 +252,6 @@ def _kernel_lines(kernels: dict) -> list[str]:
     return [f"Kernels the engine chose (its log): {'; '.join(shown)}.", ""] if shown else []
 
 
-def _policy_lines(policy: PolicySection) -> list[str]:
-    if not policy:
-        return []
-    holm = policy["multiple_comparisons"] == "holm"
-    return ["", f"Policy `{policy['path']}` (sha256 {policy['sha256'][:12]}): "
-            f"{policy['gates_judged']} gates judged, {policy['paired_tests']} of them paired "
-            f"tests at one-sided α = {policy['alpha_one_sided']:.3g} each"
-            + (", Holm-adjusted" if holm else "") + ". For a candidate no worse in truth, the "
-            f"chance that some paired test fails anyway is at most "
-            f"{policy['family_false_fail_bound']:.1%}"
-            + ("" if holm else "; Holm's adjustment (multiple_comparisons: holm) holds it at α")
-            + "; an inconclusive gate " + ("holds the release." if policy["inconclusive_blocks"]
-                                           else "is reported and does not block.")]
-
-
 def render_markdown(rec: DecisionRecord) -> str:
     lines = [
         f"# Decision: **{rec.decision.upper()}** — candidate `{rec.candidate}`",
@@ -275,13 +261,15 @@ def render_markdown(rec: DecisionRecord) -> str:
         f"Created {rec.created_at}. Exit code {rec.exit_code}.",
         "",
         *_kernel_lines(rec.engine.get("kernels", {})),
+        *([f"**{policy_defect(rec.policy).capitalize()}.**", ""]
+          if policy_defect(rec.policy) else []),
         "## Gates",
         "",
         "| gate | result | evidence |",
         "|---|---|---|",
     ]
-    lines += [f"| `{g.gate}` | {_MARK[g.status]} | {g.detail} |" for g in worst_first(rec.gates)]
-    lines += _policy_lines(rec.policy)
+    lines += [f"| `{g.gate}` | {gate_mark(g)} | {g.detail} |" for g in worst_first(rec.gates)]
+    lines += policy_lines(rec.policy)
     lines += _health_table(rec.suites)
     lines += _suite_tables(rec.suites)
     if rec.fidelity:
@@ -321,7 +309,10 @@ def render_summary(rec: DecisionRecord) -> str:
              f"candidate `{rec.candidate}` on {rec.device.get('kind')}", "",
              ", ".join(f"{n} {_MARK[s].lower()}" for s, n in counts.items() if n)
              + f" · exit code {rec.exit_code}", ""]
-    holding = [g for g in worst_first(rec.gates) if g.status in ("fail", "inconclusive")]
+    if policy_defect(rec.policy):
+        lines += [f"**{policy_defect(rec.policy).capitalize()}.**", ""]
+    holding = [g for g in worst_first(rec.gates) if g.status in ("fail", "inconclusive")
+               and not g.informational]
     if holding:
         lines += ["| gate | result | evidence |", "|---|---|---|",
                   *[f"| `{g.gate}` | {_MARK[g.status]} | {g.detail} |" for g in holding]]
@@ -341,7 +332,11 @@ def write_junit(rec: DecisionRecord, path: Path) -> Path:
     for g in rec.gates:
         section = g.gate.split(":", 1)[0]  # JUnit's class: what CI dashboards group by
         case = ET.SubElement(suite, "testcase", classname=f"gates.{section}", name=g.gate)
-        if g.status == "fail" or (g.status == "inconclusive" and blocks):
+        if g.informational:
+            skipped += 1
+            ET.SubElement(case, "skipped", message=f"informational, {g.status}: "
+                          f"{g.detail[:200]}")
+        elif g.status == "fail" or (g.status == "inconclusive" and blocks):
             failures += 1
             ET.SubElement(case, "failure", type=g.status, message=g.detail[:200]).text = g.detail
         elif g.status != "pass":
@@ -365,8 +360,11 @@ def print_decision(rec: DecisionRecord, console: Console) -> None:
     table.add_column("evidence", overflow="fold")
     for g in worst_first(rec.gates):
         # escape: slice gates are named like "quality:suite[slice]", which is rich markup
-        table.add_row(escape(g.gate), f"[{_STYLE[g.status]}]{g.status}[/]", escape(g.detail))
+        table.add_row(escape(g.gate), f"[{_STYLE[g.status]}]{escape(gate_mark(g))}[/]",
+                      escape(g.detail))
     console.print(table)
+    if policy_defect(rec.policy):
+        console.print(f"[bold red]{escape(policy_defect(rec.policy).capitalize())}.[/]")
 
 
 def write_record(run_dir: Path, rec: DecisionRecord) -> tuple[Path, Path]:

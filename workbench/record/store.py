@@ -15,7 +15,8 @@ from workbench.gate.evidence import GateOutcome
 from workbench.measure.measurement import MEASUREMENT_FILE, Measurement
 from workbench.mechanisms.errors import InputError
 from workbench.mechanisms.files import read_json
-from workbench.record.decision import DecisionRecord
+from workbench.record.decision import SCHEMA_VERSION, DecisionRecord
+from workbench.record.migrate import FIRST_VERSION, migrate
 from workbench.record.schema import SCHEMA_FILE, schema_file
 
 __all__ = ["POLICY_FILE", "load_record", "stored_measurement"]
@@ -44,11 +45,17 @@ def load_record(run_dir: Path) -> DecisionRecord:
         raise InputError(f"{file}: {_field_path(tuple(error.absolute_path))}: "
                          f"{error.message[:200]} (not a record this workbench wrote: "
                          f"{published.name})")
+    if isinstance(version, int) and not FIRST_VERSION <= version <= SCHEMA_VERSION:
+        raise InputError(f"{file}: schema_version {version}: this workbench reads records of "
+                         f"schema {FIRST_VERSION} to {SCHEMA_VERSION}")
     data.pop("exit_code", None)
+    data, passed = migrate(data, SCHEMA_VERSION)
     data["gates"] = [_stored(file, f"gates.{i}", GateOutcome, g)
                      for i, g in enumerate(data.get("gates", []))]
     known = DecisionRecord.__dataclass_fields__
-    return DecisionRecord(**{k: v for k, v in data.items() if k in known})
+    rec = DecisionRecord(**{k: v for k, v in data.items() if k in known})
+    rec.migrated_from = [*rec.migrated_from, *passed]
+    return rec
 
 
 def _stored(file: Path, where: str, kind: type, value: object) -> object:

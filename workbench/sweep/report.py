@@ -43,7 +43,9 @@ def render_sweep(record: SweepRecord) -> str:
     head = (f"**Recommended: `{rec.candidate}`**" + (f" (runner-up `{rec.runner_up}`)"
                                                     if rec.runner_up else "")
             if rec.candidate else "**No candidate recommended**")
-    lines = [f"# Sweep of `{record.model}` on {record.device}", "", head, "", rec.reason, "",
+    lines = [f"# Sweep of `{record.model}` on {record.device}", "",
+             *([policy_headline(record), ""] if record.baseline_misses else []),
+             head, "", rec.reason, "",
              f"Objective: {OBJECTIVE_LABEL[record.objective]}; quality retained: "
              f"{record.quality_measure}. Policy `{record.policy}`. Wall time "
              f"{record.wall_time_s:.0f} s. Exit code {record.exit_code}.", "",
@@ -80,7 +82,16 @@ def render_sweep(record: SweepRecord) -> str:
     return "\n".join(lines) + "\n"
 
 
+def policy_headline(record: SweepRecord) -> str:
+    gates = ", ".join(f"`{g}`" for g in record.baseline_misses)
+    return (f"**No candidate of this model can pass this policy: {gates} — the baseline "
+            "misses them.** The rejections below that name only these gates are the "
+            "policy's, not the candidates'.")
+
+
 def print_sweep(record: SweepRecord, console: Console) -> None:
+    if record.baseline_misses:
+        console.print(f"[bold red]{escape(policy_headline(record).replace('**', ''))}[/]")
     table = Table(title=f"sweep of {record.model}: objective {record.objective}")
     for col in ("candidate", "decision", "quality", record.objective, "front", "failing gates"):
         table.add_column(col, overflow="fold")

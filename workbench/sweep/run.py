@@ -186,7 +186,8 @@ def _sweep_record(cfg: RunConfig, device: str, policy: GatePolicy, rows: list[Sw
         wall_time_s=round(time.perf_counter() - started, 1),
         mlflow=MlflowSection(tracking_uri=tracker.uri, run_id=tracker.run_id,
                              experiment_id=tracker.experiment_id, ui=tracker.ui_link()),
-        fanned_out=cluster.where if cluster else None)
+        fanned_out=cluster.where if cluster else None,
+        baseline_misses=sorted({g for r in rows for g in r.baseline_misses}))
 
 
 def _join(cfg: RunConfig, names: list[str], outputs: Outputs, address: str) -> Cluster:

@@ -21,7 +21,8 @@ __all__ = ["GATED_SECTIONS", "HIGHER_IS_BETTER", "OBJECTIVE_LABEL", "QUALITY_LAB
            "SWEEP_SCHEMA_VERSION", "Delta", "RayTask", "Recommendation", "SweepRecord", "SweepRow",
            "objective_value", "rank", "row_of", "show_objective"]
 
-SWEEP_SCHEMA_VERSION = 2  # 2: rows say which Ray task measured them; the cluster
+SWEEP_SCHEMA_VERSION = 3  # 3: the gates the baseline itself misses; 2: rows say which Ray
+# task measured them; the cluster
 
 
 HIGHER_IS_BETTER = {"throughput", "kv_capacity"}
@@ -52,6 +53,8 @@ class SweepRow:
     decision: Literal["promote", "reject", "inconclusive"] | None = None
     failing_gates: list[str] = field(default_factory=list)
     inconclusive_gates: list[str] = field(default_factory=list)
+    # absolute gates the baseline itself misses (record policy.baseline_misses)
+    baseline_misses: list[str] = field(default_factory=list)
     run_dir: str = ""
     format: str = ""
     weights_bytes: int | None = None
@@ -109,6 +112,9 @@ class SweepRecord:
     plots: dict[str, str] = field(default_factory=dict)
     mlflow: MlflowSection = field(default_factory=lambda: MlflowSection())
     fanned_out: str | None = None  # the Ray cluster the candidates were measured on
+    # gates no candidate can pass because the baseline misses them: the policy, not the
+    # candidates, decided those (said before the candidates are listed)
+    baseline_misses: list[str] = field(default_factory=list)
     schema_version: int = SWEEP_SCHEMA_VERSION
 
     @property
@@ -174,6 +180,7 @@ def row_of(rec: DecisionRecord, objective: Objective, quality: QualityMeasure,
         candidate=rec.candidate, status="decided", decision=rec.decision,
         failing_gates=[g.gate for g in rec.gates if g.status == "fail"],
         inconclusive_gates=[g.gate for g in rec.gates if g.status == "inconclusive"],
+        baseline_misses=list(rec.policy.get("baseline_misses") or []),
         run_dir=rec.run_dir,
         format=(rec.quantization.get("served_format") or {}).get("label", ""),
         weights_bytes=cand_room.get("weights_bytes"),

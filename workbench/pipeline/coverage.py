@@ -1,0 +1,39 @@
+"""What `validate` says about the policy before a run spends time: how each suite the
+config runs is judged, and, from the cached baseline when there is one, which suites the
+baseline answers alike on every item (they cannot see a change: docs/gates.md)."""
+
+from __future__ import annotations
+
+from workbench.config.gate_policy import GatePolicy
+from workbench.gate.paired import constant_answers
+from workbench.measure.measurement import MEASUREMENT_FILE, Measurement
+from workbench.measure.pair import baseline_entry
+from workbench.mechanisms.files import read_json
+from workbench.plan.plan import Plan
+from workbench.suites.definition import Suite
+
+__all__ = ["coverage_lines"]
+
+
+def _cached_baseline(p: Plan) -> Measurement | None:
+    """The cached baseline of this plan, read only (validate writes and drops nothing; a
+    damaged entry is evaluate's to drop)."""
+    file = baseline_entry(p) / MEASUREMENT_FILE
+    try:
+        return Measurement.from_dict(read_json(file)) if file.is_file() else None
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def coverage_lines(policy: GatePolicy, suites: list[Suite], p: Plan | None = None
+                   ) -> list[str]:
+    kinds = {run: s.spec.kind for s in suites for run, _ in s.spec.runs()}
+    baseline = _cached_baseline(p) if p is not None and not p.endpoint_roles else None
+    lines = []
+    for suite, how in policy.gated_by(kinds).items():
+        result = baseline.suites.get(suite) if baseline else None
+        blind = result is not None and result.kind != "fidelity" and constant_answers(result)
+        lines.append(f"  {suite}: {how}" + (" — the cached baseline gives one answer to "
+                                            "every item: this suite cannot see a change"
+                                            if blind else ""))
+    return lines

@@ -1,0 +1,68 @@
+"""Records of every schema this project has released, brought to the current one, one step
+per version, so that `workbench gate` can judge a stored run again after an upgrade.
+
+Each step adds what its version introduced, with the value that says "not recorded"; none
+invents evidence. What a migrated record lacks, the re-judged gates that need it fail
+closed and name (a measurement without server facts fails `comparability`, one without
+health checks fails the health gates). A record is first checked against the schema it
+was written under (record/decision-v<N>.schema.json), then migrated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from workbench.gate.evidence import GateId
+
+__all__ = ["FIRST_VERSION", "migrate"]
+
+FIRST_VERSION = 2  # the first record with a published schema
+
+
+def _v2_to_v3(record: dict) -> dict:
+    # 3 typed every section below the top level; their contents were already these
+    return record
+
+
+def _v3_to_v4(record: dict) -> dict:
+    record.setdefault("endpoints", {})  # 4: sides served at an endpoint (none before)
+    return record
+
+
+def _v4_to_v5(record: dict) -> dict:
+    for gate in record.get("gates", []):  # 5: each gate's id by its parts
+        if gate.get("id") is None:
+            gate["id"] = vars(GateId.parse(gate["gate"]))
+    return record
+
+
+def _v5_to_v6(record: dict) -> dict:
+    for gate in record.get("gates", []):
+        gate.setdefault("baseline_status", None)
+        gate.setdefault("informational", False)
+    policy = record.get("policy") or {}
+    if policy:
+        policy.setdefault("tests", policy.get("paired_tests", 0))
+        for key in ("baseline_misses", "baseline_unproven", "informational"):
+            policy.setdefault(key, [])
+        policy.setdefault("coverage", {})
+    record.setdefault("comparability", {"checks": [], "prefix_cache_at_start": {},
+                                        "candidate_args": []})
+    return record
+
+
+# version -> the step that brings a record of that version to the next
+STEPS: dict[int, Callable[[dict], dict]] = {2: _v2_to_v3, 3: _v3_to_v4, 4: _v4_to_v5,
+                                            5: _v5_to_v6}
+
+
+def migrate(record: dict, current: int) -> tuple[dict, list[int]]:
+    """The record in the current schema, and the versions it passed through."""
+    version = int(record.get("schema_version", current))
+    passed = []
+    while version < current:
+        record = STEPS[version](record)
+        passed.append(version)
+        version += 1
+    record["schema_version"] = current
+    return record, passed

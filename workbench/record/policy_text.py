@@ -1,0 +1,56 @@
+"""What the policy made of a run, in words: each gate's mark, the policy's false-reject
+bound and coverage, and the headline when the baseline itself misses absolute gates."""
+
+from __future__ import annotations
+
+from workbench.gate.evidence import GateOutcome
+from workbench.gate.verdict import PolicySection
+
+__all__ = ["MARK", "gate_mark", "policy_defect", "policy_lines"]
+
+MARK = {"pass": "PASS", "fail": "FAIL", "inconclusive": "INCONCLUSIVE", "not_applicable": "n/a"}
+
+
+def gate_mark(g: GateOutcome) -> str:
+    return MARK[g.status] + (" (informational)" if g.informational else "") + (
+        f" · baseline {MARK[g.baseline_status]}" if g.baseline_status not in (None, "pass")
+        else "")
+
+
+def policy_lines(policy: PolicySection) -> list[str]:
+    if not policy:
+        return []
+    holm = policy["multiple_comparisons"] == "holm"
+    tests = policy.get("tests", policy["paired_tests"])
+    lines = ["", f"Policy `{policy['path']}` (sha256 {policy['sha256'][:12]}): "
+             f"{policy['gates_judged']} gates judged, {tests} of them tests (paired "
+             f"comparisons and floors) at one-sided α = {policy['alpha_one_sided']:.3g} each"
+             + (", their fails Holm-adjusted" if holm else "") + ". For a candidate "
+             "acceptable in truth, the chance that some test rejects it anyway is at most "
+             f"{policy['family_false_fail_bound']:.1%}"
+             + ("" if holm else "; Holm's adjustment (multiple_comparisons: holm) holds it at α")
+             + "; an inconclusive gate " + ("holds the release." if policy["inconclusive_blocks"]
+                                            else "is reported and does not block.")]
+    if policy.get("informational"):
+        lines += ["", "Informational, not counted in the decision: "
+                  + ", ".join(f"`{g}`" for g in policy["informational"]) + "."]
+    coverage = policy.get("coverage") or {}
+    if coverage:
+        lines += ["", "| suite | judged by |", "|---|---|",
+                  *[f"| {suite} | {how} |" for suite, how in coverage.items()]]
+    return lines
+
+
+def policy_defect(policy: PolicySection | dict) -> str:
+    """The headline when the baseline itself misses absolute gates: then no candidate of
+    this model can pass, whatever it is, and the policy (not the candidate) decided."""
+    misses = policy.get("baseline_misses") or []
+    unproven = policy.get("baseline_unproven") or []
+    parts = []
+    if misses:
+        parts.append("no candidate of this model can pass this policy: "
+                     + ", ".join(f"`{g}`" for g in misses) + " — the baseline misses them")
+    if unproven:
+        parts.append("the baseline itself cannot be shown to meet "
+                     + ", ".join(f"`{g}`" for g in unproven) + " at this number of items")
+    return "; ".join(parts)
