@@ -85,3 +85,29 @@ def test_a_ready_checkpoint_with_another_chat_template_is_refused_up_front(
     assert model_file_problems("c.yaml: candidates.x", base, same) == []
     problems = model_file_problems("c.yaml: candidates.x", base, other)
     assert len(problems) == 1 and "chat template differs" in problems[0]
+
+
+def test_validate_names_each_suites_gate_and_a_blind_suite_from_the_cached_baseline(
+        monkeypatch) -> None:
+    import dataclasses
+
+    from workbench.config.gate_policy import GatePolicy, QualityGate, SuiteDefault, SuiteDefaults
+    from workbench.loadtest.results import LoadResult
+    from workbench.measure.measurement import Measurement
+    from workbench.pipeline import coverage
+    from workbench.suites.definition import load_suite
+
+    suites = [load_suite("arithmetic"), load_suite("truthfulness")]
+    blind = dataclasses.replace(suite_result([0.0, 1.0]), suite="truthfulness")
+    blind.items[:] = [dataclasses.replace(i, response=" same", choice_probs=(0.9, 0.1))
+                      for i in blind.items]
+    cached = Measurement("baseline", server(Path(".")), {"truthfulness": blind},
+                         LoadResult("client", {}, []), 0.0)
+    monkeypatch.setattr(coverage, "_cached_baseline", lambda p: cached)
+    policy = GatePolicy(quality=[QualityGate(suite="arithmetic", max_drop=0.05)],
+                        defaults=SuiteDefaults(quality=SuiteDefault(max_drop=0.1)))
+    plan = type("P", (), {"endpoint_roles": []})()
+    lines = coverage.coverage_lines(policy, suites, plan)  # type: ignore[arg-type]
+    assert lines[0] == "  arithmetic: quality gate (max_drop 0.05)"
+    assert lines[1].startswith("  truthfulness: the policy's quality default — the cached "
+                               "baseline gives one answer to every item")
