@@ -113,3 +113,18 @@ def test_exit_codes_say_recommended_none_or_failed() -> None:
     record.rows = [SweepRow("int4", "failed", "engine died")]
     assert record.exit_code == 3
     assert "| int4 | failed | engine died |" in render_sweep(record)
+
+
+def test_a_gate_the_baseline_misses_is_said_before_the_candidates() -> None:
+    floor = "structured:bfcl-simple-guided.schema_valid:floor"
+    rows = [row("int8", "reject", -0.02, 0.3, (floor,)), row("int4", "reject", -0.2, 0.2,
+                                                              ("quality:arithmetic", floor))]
+    for r in rows:
+        r.baseline_misses = [floor]
+    front, recommendation = rank(rows, "cost")
+    record = SweepRecord("m", "cpu", "p", "cost", "worst_lower_bound", "w", {}, rows, front,
+                         recommendation, "d", "now", baseline_misses=[floor])
+    text = render_sweep(record)
+    headline = f"**No candidate of this model can pass this policy: `{floor}` — the baseline"
+    assert headline in text and text.index(headline) < text.index("No candidate recommended")
+    assert record.exit_code == 1  # still fail-closed
