@@ -250,3 +250,17 @@ def test_decision_md_shows_generation_health_safety_kinds_and_agreement(tmp_path
             "2 empty, 22 looping | 4 looping |") in md
     assert "| advbench | 0.220 → 0.125 | 0.050 → 0.050 | 0.100 → 0.600 |" in md
     assert "| heldout-text | (all) | 16 | 32 | 0.250 | 0.500 | 2 / 11 |" in md
+
+
+def test_an_informational_gate_is_counted_apart_everywhere(tmp_path: Path) -> None:
+    from workbench.record.decision import gate_counts
+    from workbench.tracking.run_log import run_name
+
+    rec = record("promote")
+    rec.gates = [GateOutcome("quality:arithmetic", "pass", "ok"),
+                 GateOutcome("latency:tpot_p50_ms:max_ratio@c1", "fail", "2.4x",
+                             informational=True)]
+    assert gate_counts(rec) == "1 pass, 1 informational"
+    assert run_name(rec).endswith("promote · 1 gates passed")
+    _, md = write_record(tmp_path, rec)
+    assert "| FAIL (informational) |" in md.read_text()

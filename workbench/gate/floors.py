@@ -185,6 +185,9 @@ def slo_outcome(gate: SLOGate, ev: Evidence, confidence: float, seed: int) -> Ga
     evidence: dict = dict(level.slo)
     baseline_status: Status | None = None
     if gate.min_attainment is not None:
+        # a test's p-value joins Holm's adjustment only when the test alone decides: a
+        # level past its p99 targets fails whatever the attainment
+        p99_failed = bool(problems)
         cand = _attainment(level, gate.min_attainment, confidence, seed)
         status = "fail" if status == "fail" or cand.status == "fail" else (
             "inconclusive" if cand.status == "inconclusive" else status)
@@ -194,8 +197,9 @@ def slo_outcome(gate: SLOGate, ev: Evidence, confidence: float, seed: int) -> Ga
         base = _attainment(blevel, gate.min_attainment, confidence, seed) \
             if blevel is not None and blevel.slo and blevel.completed + blevel.failed else None
         baseline_status = base.status if base else None
-        evidence.update(candidate=cand.to_json(), baseline=base.to_json() if base else None,
-                        p_fail=cand.p_meets)
+        evidence.update(candidate=cand.to_json(), baseline=base.to_json() if base else None)
+        if not p99_failed:
+            evidence["p_fail"] = cand.p_meets
         if base is not None and base.status != "pass":
             problems.append(f"baseline attainment {base.rate:.3f} [{base.low:.3f}, "
                             f"{base.high:.3f}] ({BASELINE_MISSES[base.status]})")

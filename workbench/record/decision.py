@@ -29,7 +29,8 @@ from workbench.record.sections import (
     SuitePair,
 )
 
-__all__ = ["SCHEMA_VERSION", "SEVERITY", "DecisionRecord", "Role", "Sampling", "gate_counts",
+__all__ = ["SCHEMA_VERSION", "SEVERITY", "DecisionRecord", "Role", "Sampling", "counted",
+           "gate_counts",
            "host_facts", "quantization_metrics", "record_metrics", "worst_first"]
 
 # 6: absolute gates judged on intervals and on the baseline (baseline_status), informational
@@ -147,10 +148,18 @@ def quantization_metrics(manifest: QuantizationSection | dict) -> dict[str, floa
     return {k: float(v) for k, v in figures.items() if v is not None}
 
 
+def counted(gates: list[GateOutcome]) -> list[GateOutcome]:
+    """The gates the decision counts: all but the informational ones."""
+    return [g for g in gates if not g.informational]
+
+
 def gate_counts(rec: DecisionRecord) -> str:
-    """"20 pass, 8 fail, 1 inconclusive": a tag, a summary line."""
-    counts = {s: sum(g.status == s for g in rec.gates)
+    """"20 pass, 8 fail, 1 inconclusive": a tag, a summary line (informational gates
+    counted apart)."""
+    counts = {s: sum(g.status == s for g in counted(rec.gates))
               for s in ("pass", "fail", "inconclusive", "not_applicable")}
-    return ", ".join(f"{n} {s}" for s, n in counts.items() if n)
+    shown = [f"{n} {s}" for s, n in counts.items() if n]
+    informational = len(rec.gates) - len(counted(rec.gates))
+    return ", ".join(shown + ([f"{informational} informational"] if informational else []))
 
 

@@ -14,7 +14,7 @@ from workbench.mechanisms.errors import (
     EXIT_PROMOTE,
     EXIT_REJECT,
 )
-from workbench.record.decision import DecisionRecord
+from workbench.record.decision import DecisionRecord, counted
 from workbench.record.sections import MlflowSection
 
 __all__ = ["GATED_SECTIONS", "HIGHER_IS_BETTER", "OBJECTIVE_LABEL", "QUALITY_LABEL",
@@ -178,8 +178,8 @@ def row_of(rec: DecisionRecord, objective: Objective, quality: QualityMeasure,
     cost: dict[str, Any] = dict(rec.cost.get("candidate") or {})
     return SweepRow(
         candidate=rec.candidate, status="decided", decision=rec.decision,
-        failing_gates=[g.gate for g in rec.gates if g.status == "fail"],
-        inconclusive_gates=[g.gate for g in rec.gates if g.status == "inconclusive"],
+        failing_gates=[g.gate for g in counted(rec.gates) if g.status == "fail"],
+        inconclusive_gates=[g.gate for g in counted(rec.gates) if g.status == "inconclusive"],
         baseline_misses=list(rec.policy.get("baseline_misses") or []),
         run_dir=rec.run_dir,
         format=(rec.quantization.get("served_format") or {}).get("label", ""),

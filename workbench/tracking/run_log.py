@@ -14,7 +14,7 @@ from workbench.config.run_config import RunConfig, tracking_uri
 from workbench.measure.measurement import Measurement
 from workbench.plan.checks import unreachable
 from workbench.plan.plan import Plan
-from workbench.record.decision import DecisionRecord, gate_counts, record_metrics
+from workbench.record.decision import DecisionRecord, counted, gate_counts, record_metrics
 from workbench.record.render import render_markdown
 from workbench.record.sections import MlflowSection
 from workbench.tracking.tracker import Tracker
@@ -60,9 +60,10 @@ def run_params(p: Plan, run_dir: Path) -> dict[str, object]:
 
 def run_name(rec: DecisionRecord) -> str:
     """What the runs table shows: the candidate, the decision and what decided it."""
-    failed = sum(g.status == "fail" for g in rec.gates)
-    open_ = sum(g.status == "inconclusive" for g in rec.gates)
-    passed = sum(g.status == "pass" for g in rec.gates)
+    gates = counted(rec.gates)
+    failed = sum(g.status == "fail" for g in gates)
+    open_ = sum(g.status == "inconclusive" for g in gates)
+    passed = sum(g.status == "pass" for g in gates)
     if failed:
         why = f"{failed} gate{'s' * (failed > 1)} failed"
     elif open_:
@@ -91,8 +92,10 @@ def mlflow_section(tracker: Tracker) -> MlflowSection:
 
 
 def _gate_metrics(rec: DecisionRecord) -> dict[str, float]:
-    return {f"gates.{status}": float(sum(g.status == status for g in rec.gates))
-            for status in ("pass", "fail", "inconclusive", "not_applicable")}
+    gates = counted(rec.gates)
+    return {**{f"gates.{status}": float(sum(g.status == status for g in gates))
+               for status in ("pass", "fail", "inconclusive", "not_applicable")},
+            "gates.informational": float(len(rec.gates) - len(gates))}
 
 
 def log_run(tracker: Tracker, rec: DecisionRecord, sides: dict[str, Measurement],
