@@ -128,9 +128,11 @@ def next_word_suite(folder: Path) -> Path:
     (folder / "suite.yaml").write_text(
         'name: next-word\nversion: "1"\nkind: quality\nprompt_template: "{context}"\n'
         "scoring: choice\n")
+    # the right word first or second in turn: a model that always picked the first option
+    # would give one answer to every item, and the suite could not see a change
     rows = [{"id": f"w{i:03d}", "context": f" {words[i]}",
-             "choices": [f" {words[i + 1]}", f" {words[(i + 7) % 150]}"], "answer": 0,
-             "slices": ["words"]} for i in range(4, 44)]
+             "choices": [f" {words[i + 1]}", f" {words[(i + 7) % 150]}"][::1 - 2 * (i % 2)],
+             "answer": i % 2, "slices": ["words"]} for i in range(4, 44)]
     (folder / "items.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (folder / "SOURCE.md").write_text("Written by this test from its own word list.\n")
     (folder / "LICENSE").write_text("The project's licence (LICENSE at the top).\n")
