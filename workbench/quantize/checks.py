@@ -57,8 +57,12 @@ def model_file_problems(where: str, model_dir: Path, checkpoint: Path) -> list[s
     base, cand = model_file_digests(model_dir), model_file_digests(checkpoint)
     return [f"{where}.checkpoint: its {what.replace('_', ' ')} differs from the baseline's "
             f"({checkpoint} vs {model_dir}); only the weights may differ — copy the "
-            "baseline's tokenizer files into the checkpoint"
+            f"baseline's {FILES[what]} into the checkpoint"
             for what in base if base[what] != cand[what]]
+
+
+FILES = {"chat_template": "chat template (tokenizer_config.json, chat_template.jinja)",
+         "tokenizer": "tokenizer files", "generation_config": "generation_config.json"}
 
 
 def unsupported_here(cfg: RunConfig, name: str, device: str, artifact: Path | None = None

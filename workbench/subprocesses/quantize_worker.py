@@ -129,17 +129,18 @@ def _heldout(job: dict) -> list[str]:
     return json.loads(Path(job["heldout_file"]).read_text()) if job.get("heldout_file") else []
 
 
-# The tokenizer and chat template as the baseline has them, byte for byte: the loaded
-# tokenizer was given a pad token for batching above, and saving it would write that, and
-# transformers' own formatting, into the candidate (docs/gates.md, "Only the candidate
-# differs": the comparability gate compares these files' digests).
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+# The tokenizer, chat template and generation defaults as the baseline has them, byte for
+# byte: the loaded tokenizer was given a pad token for batching above, and saving it (or
+# the model's generation config) would write that, and transformers' own defaults, into the
+# candidate (docs/gates.md, "Only the candidate differs": the comparability gate compares
+# these files' digests).
+MODEL_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
                    "chat_template.jinja", "chat_template.json", "vocab.json", "merges.txt",
-                   "tokenizer.model", "added_tokens.json")
+                   "tokenizer.model", "added_tokens.json", "generation_config.json")
 
 
-def copy_tokenizer(model_dir: Path, out: Path) -> None:
-    for name in TOKENIZER_FILES:
+def copy_model_files(model_dir: Path, out: Path) -> None:
+    for name in MODEL_FILES:
         if (model_dir / name).is_file():
             shutil.copyfile(model_dir / name, out / name)
 
@@ -180,7 +181,7 @@ def main() -> None:
     out = Path(job["out_dir"])
     phase("saving the compressed checkpoint")
     model.save_pretrained(out, save_compressed=True)
-    copy_tokenizer(Path(job["model_dir"]), out)
+    copy_model_files(Path(job["model_dir"]), out)
     result = {
         "wall_time_s": round(time.perf_counter() - started, 2),
         "oneshot_s": round(oneshot_s, 2),
