@@ -298,7 +298,9 @@ def check_regate(run_dir: Path, tmp_path: Path, workbench) -> None:
     failed = {g["gate"] for g in regated["gates"] if g["status"] == "fail"}
     assert failed == {"quality:arithmetic:floor", "memory:weights_bytes:max_ratio"}
     cases = ET.parse(tmp_path / "strict.xml").getroot().findall("testcase")
-    assert len(cases) == len(regated["gates"]) == 3
+    # the policy's two gates, the arithmetic comparison, and comparability (always judged)
+    assert len(cases) == len(regated["gates"]) == 4
+    assert {g["gate"]: g["status"] for g in regated["gates"]}["comparability"] == "pass"
     assert sum(c.find("failure") is not None for c in cases) == 2
     assert "**PROMOTE**" in (tmp_path / "summary.md").read_text()
     assert json.loads((run_dir / "decision.json").read_text())["gates"] != regated["gates"]
