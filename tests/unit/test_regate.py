@@ -159,3 +159,4 @@ def test_a_record_the_previous_release_wrote_is_judged_again(tmp_path: Path) -> 
     assert gates["comparability"]["status"] == "fail"
     assert "recorded before comparability checks existed" in gates["comparability"]["detail"]
     assert rec["policy"]["coverage"]["long-context"] == "the policy's quality default"
+    assert "Judged again from a record of schema 4" in (out / "decision.md").read_text()

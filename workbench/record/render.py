@@ -263,6 +263,9 @@ def render_markdown(rec: DecisionRecord) -> str:
         *_kernel_lines(rec.engine.get("kernels", {})),
         *([f"**{policy_defect(rec.policy).capitalize()}.**", ""]
           if policy_defect(rec.policy) else []),
+        *([f"Judged again from a record of schema {rec.migrated_from[0]} (migrated through "
+           f"{', '.join(map(str, rec.migrated_from))}; what it lacks fails closed).", ""]
+          if rec.migrated_from else []),
         "## Gates",
         "",
         "| gate | result | evidence |",
