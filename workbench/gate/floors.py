@@ -19,7 +19,7 @@ import numpy as np
 
 from workbench.config.gate_policy import SLOGate
 from workbench.gate.evidence import Evidence, GateId, GateOutcome
-from workbench.gate.paired import Comparisons, Status, item_value
+from workbench.gate.paired import Comparisons, Status, bootstrap_means, item_value
 from workbench.loadtest.results import LevelResult, LoadResult
 from workbench.suites.results import SuiteResult
 
@@ -36,28 +36,20 @@ def rate_interval(successes: int, n: int, confidence: float) -> tuple[float, flo
     return float(ci.low), float(ci.high)
 
 
-def _bootstrap_interval(values: np.ndarray, confidence: float, seed: int) -> tuple[float, float]:
-    from scipy import stats  # 0.8 s to import: loaded when judging (docs/architecture.md)
-
-    if np.all(values == values[0]):
-        return float(values[0]), float(values[0])
-    res = stats.bootstrap((values,), np.mean, confidence_level=confidence, n_resamples=5000,
-                          method="percentile", random_state=np.random.default_rng(seed))
-    return float(res.confidence_interval.low), float(res.confidence_interval.high)
-
-
-def _p_meets(values: np.ndarray, bound: float, side: str) -> float:
+def _p_meets(values: np.ndarray, binary: bool, bound: float, side: str) -> float:
     """One-sided p-value of H0 "the true rate meets the bound" (small: it does not)."""
     from scipy import stats  # 0.8 s to import: loaded when judging (docs/architecture.md)
 
-    n, k = len(values), int(round(float(values.sum())))
-    binary = bool(np.all((values == 0) | (values == 1)))
+    n, mean = len(values), float(values.mean())
     if binary:  # exact: how unlikely so few (or so many) successes are at the bound itself
+        k = int(values.sum())
         tail = stats.binom.cdf(k, n, bound) if side == "min" else stats.binom.sf(k - 1, n, bound)
         return float(min(1.0, tail))
     se = float(values.std(ddof=1)) / math.sqrt(n) if n > 1 else 0.0
-    z = (float(values.mean()) - bound) / se if se > 0 else math.copysign(math.inf, float(
-        values.mean()) - bound + 1e-12)
+    if se == 0:  # every item alike: the bound is met or not, with certainty
+        meets = mean >= bound if side == "min" else mean <= bound
+        return 1.0 if meets else 0.0
+    z = (mean - bound) / se
     return float(stats.norm.cdf(z) if side == "min" else stats.norm.sf(z))
 
 
@@ -108,14 +100,14 @@ def judge_rate(values: list[float], bound: float, side: str, confidence: float, 
     n = len(arr)
     binary = bool(np.all((arr == 0) | (arr == 1)))
     low, high = (rate_interval(int(arr.sum()), n, confidence) if binary
-                 else _bootstrap_interval(arr, confidence, seed))
+                 else bootstrap_means(arr, confidence, 5000, seed)[:2])
     rate = float(arr.mean())
     if side == "min":
         status: Status = "pass" if low >= bound else "fail" if high < bound else "inconclusive"
     else:
         status = "pass" if high <= bound else "fail" if low > bound else "inconclusive"
     more = _items_to_decide(rate, n, bound, confidence) if status == "inconclusive" else None
-    return RateJudgement(n, rate, low, high, status, _p_meets(arr, bound, side), more)
+    return RateJudgement(n, rate, low, high, status, _p_meets(arr, binary, bound, side), more)
 
 
 def rate_bound(name: GateId, metric: str, bound: float, side: str, base: SuiteResult,
