@@ -170,3 +170,34 @@ def test_the_kernel_path_is_read_from_the_engine_log() -> None:
         "CompressedTensorsWNA16": "CPUWNA16LinearKernel",
         "CompressedTensorsW8A8Fp8": "ChannelWiseTorchFP8ScaledMMLinearKernel",
         "attention": "FLASH_ATTN", "kv_cache": "fp8"}
+
+
+HELD_OWNER = '''
+import os, signal, sys, time
+from pathlib import Path
+from workbench.mechanisms.processes import popen_holding_signals, spawn
+
+# Ctrl-C landing inside an at-fork handler, as a library's (filelock's) may be running
+os.register_at_fork(before=lambda: os.kill(os.getpid(), signal.SIGINT))
+try:
+    proc = spawn([sys.executable, "-c", "import time; time.sleep(60)"],
+                 Path(sys.argv[1]) / "child.log", dict(os.environ))
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+else:
+    print("ran on", proc.pid, flush=True)
+    proc.kill()
+'''
+
+
+def test_an_interrupt_during_a_fork_is_raised_not_lost(tmp_path):
+    """Left to CPython, a KeyboardInterrupt inside an at-fork handler is printed and
+    dropped; spawn holds the signal across the fork and raises it after, stopping the
+    child it had just started."""
+    owner = tmp_path / "owner.py"
+    owner.write_text(HELD_OWNER)
+    out = subprocess.run([sys.executable, str(owner), str(tmp_path)], capture_output=True,
+                         text=True, timeout=60)
+    assert out.stdout.strip() == "interrupted", out.stdout + out.stderr
+    assert "Exception ignored" not in out.stderr
+    assert not subprocess.run(["pgrep", "-f", "time.sleep\\(60\\)"]).returncode == 0

@@ -12,10 +12,12 @@ import signal
 import socket
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-__all__ = ["Terminated", "free_port", "install_sigterm_as_interrupt", "pid_alive", "signal_group",
-           "spawn", "stop_group"]
+__all__ = ["HELD_SIGNALS", "Terminated", "free_port", "install_sigterm_as_interrupt", "pid_alive",
+           "popen_holding_signals", "signal_group", "spawn", "stop_group"]
 
 
 def free_port() -> int:
@@ -35,9 +37,42 @@ def spawn(cmd: list[str], log_file: Path, env: dict[str, str], talk: bool = Fals
     to the log), for a child that takes jobs and answers them."""
     pipe = subprocess.PIPE if talk else None
     with log_file.open("wb") as log:
-        return subprocess.Popen(cmd, stdin=pipe, stdout=pipe or log,
-                                stderr=log if talk else subprocess.STDOUT, env=env,
-                                start_new_session=True, preexec_fn=die_with_parent)
+        return popen_holding_signals(cmd, die_with_parent, stdin=pipe, stdout=pipe or log,
+                                     stderr=log if talk else subprocess.STDOUT, env=env,
+                                     start_new_session=True)
+
+
+# Ctrl-C and SIGTERM, the two signals the workbench unwinds on.
+HELD_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def popen_holding_signals(cmd: list[str], child_setup: Callable[[], None], **kwargs: Any
+                          ) -> subprocess.Popen:
+    """subprocess.Popen(preexec_fn=child_setup) with Ctrl-C and SIGTERM held while it forks.
+
+    A preexec_fn makes CPython run the at-fork handlers libraries register (filelock
+    registers some), and a KeyboardInterrupt raised inside one is only printed ("Exception
+    ignored in ...") and lost, leaving that library's state half-changed: a sweep
+    interrupted just as an engine started ran on past the signal. Held, the signal is
+    raised right after the fork, here, where the child just started is stopped with it.
+    The child lets both signals through again before it executes the command. The child
+    must lead its own process group (start_new_session or child_setup's setsid)."""
+    def setup() -> None:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, HELD_SIGNALS)
+        child_setup()
+
+    proc: subprocess.Popen | None = None
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, HELD_SIGNALS)
+    try:
+        proc = subprocess.Popen(cmd, preexec_fn=setup, **kwargs)
+    finally:
+        try:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)  # a held signal is raised here
+        except BaseException:
+            if proc is not None:
+                stop_group(proc, grace_s=2)
+            raise
+    return proc
 
 
 

@@ -25,6 +25,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from workbench.mechanisms.processes import popen_holding_signals
+
 __all__ = ["SandboxResult", "network_isolation", "run_python"]
 
 _NO_SOCKETS = (
@@ -74,10 +76,10 @@ def run_python(program: str, timeout_s: float = 10.0, memory_mb: int = 1024) -> 
         if isolation == "netns":
             cmd = ["unshare", "-rn", *cmd]
         env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONHASHSEED": "0"}
-        proc = subprocess.Popen(
-            cmd, cwd=folder, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE, text=True,
-            preexec_fn=functools.partial(_limits, int(timeout_s) + 1, memory_mb))
+        proc = popen_holding_signals(
+            cmd, functools.partial(_limits, int(timeout_s) + 1, memory_mb), cwd=folder,
+            env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE, text=True)
         try:
             _, err = proc.communicate(timeout=timeout_s)
         except subprocess.TimeoutExpired:
