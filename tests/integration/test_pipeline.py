@@ -241,10 +241,12 @@ def check_load_and_headroom(record: dict, role: str) -> None:
         # Both boundaries, on the same requests. The client's window encloses the
         # engine's (HTTP both ways), so its TTFT and end-to-end means are the longer; on
         # this 10 ms model that fixed hop is most of TTFT, so only TPOT is held to the
-        # stated tolerance here (docs/load.md gives the default model's gaps).
+        # stated tolerance here (docs/load.md gives the default model's gaps), and only
+        # where the client saw its tokens apart: merged ones make its TPOT low by design.
         agree = lv["agreement"]
         assert agree["ttft"]["diff_ms"] > 0 and agree["e2el"]["diff_ms"] > 0
-        assert agree["tpot"]["within"]
+        tpot = agree["tpot"]
+        assert tpot["within"] is (True if tpot["timed_share"] >= 0.9 else None), tpot
         assert lv["slo"]["meets_slo"] is True and lv["slo"]["attainment"] == 1.0
         assert lv["slo"]["goodput_rps"] == pytest.approx(lv["request_throughput"], rel=0.05)
     assert 24 <= load["workload"]["prompt_tokens"]["min"] <= \
