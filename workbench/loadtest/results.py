@@ -52,13 +52,11 @@ class SLOFigures(TypedDict, total=False):
     meets_slo: bool
 
 
-class MeanAgreement(TypedDict, total=False):
+class MeanAgreement(TypedDict):
     client_mean_ms: float
     server_mean_ms: float
     diff_ms: float
-    # None: not judged, the client timed too few of the tokens apart (TPOT only)
-    within: bool | None
-    timed_share: float  # TPOT only: token gaps the client saw as separate chunks
+    within: bool
 
 
 class Agreement(TypedDict, total=False):
@@ -122,9 +120,6 @@ class LevelResult:
     request_rate: float | None = None  # arrivals per second, open-loop levels
     skipped: int = 0  # requests not sent: past the level's max_duration_s
     agreement: Agreement = field(default_factory=lambda: Agreement())
-    # Of the gaps between output tokens, the share the client saw as separate streamed
-    # chunks (the rest arrived merged with a neighbour); 1.0 when every token came alone.
-    client_timed_share: float = 1.0
 
     @property
     def key(self) -> str:
@@ -304,21 +299,7 @@ def parse_level(raw: dict, profile: LoadProfile, level: float, raw_file: Path) -
         label=level_label(profile, level),
         request_rate=level if profile.mode == "rate" else None,
         skipped=len(raw["errors"]) - len(sent),
-        client_timed_share=timed_share(raw),
     )
-
-
-def timed_share(raw: dict) -> float:
-    """Token gaps the client saw apart, over all it would see were every token its own chunk.
-
-    The client's TPOT spans its first chunk to its last, so tokens merged into the first
-    chunk shorten it: with c chunks for n tokens it is at least (c - 1)/(n - 1) of the
-    true figure. This share is that lower bound over the level's requests (docs/load.md)."""
-    ok = [i for i, err in enumerate(raw.get("errors", [])) if not err]
-    gaps = sum(raw["output_lens"][i] - 1 for i in ok if raw["output_lens"][i] > 1)
-    seen = sum(min(len(raw["itls"][i]), raw["output_lens"][i] - 1) for i in ok
-               if raw["output_lens"][i] > 1)
-    return round(seen / gaps, 4) if gaps else 1.0
 
 
 def agreement(level: LevelResult) -> Agreement:
@@ -334,16 +315,10 @@ def agreement(level: LevelResult) -> Agreement:
         if math.isnan(server):
             continue
         diff = client["mean"] - server
-        compared: MeanAgreement = {
+        out[metric.removesuffix("_ms")] = {  # type: ignore[literal-required]
             "client_mean_ms": client["mean"], "server_mean_ms": server,
             "diff_ms": round(diff, 3),
             "within": abs(diff) <= max(AGREEMENT_TOLERANCE * server, AGREEMENT_FLOOR_MS)}
-        if metric == "tpot_ms":
-            compared["timed_share"] = level.client_timed_share
-            if level.client_timed_share < 1 - AGREEMENT_TOLERANCE:
-                # the client's figure may be low by more than the tolerance: not judged
-                compared["within"] = None
-        out[metric.removesuffix("_ms")] = compared  # type: ignore[literal-required]
     counted = latency.get("e2el_ms", {}).get("count")
     if counted is not None:
         out["server_requests"] = counted

@@ -182,12 +182,8 @@ def _agreement_line(levels: list[tuple[str, dict]]) -> str:
     tol = levels[0][1]["agreement"]
     worst = max(checks, key=lambda c: abs(c[3]["diff_ms"]) / max(c[3]["server_mean_ms"], 1e-9))
     missed = [f"{who} {_level_name(lv)} {metric}" for who, lv, metric, a in checks
-              if a["within"] is False]
-    unjudged = [f"{who} {_level_name(lv)} {metric} (client saw {a['timed_share']:.0%} of "
-                "token gaps apart)" for who, lv, metric, a in checks if a["within"] is None]
+              if not a["within"]]
     verdict = ("all within" if not missed else f"outside it: {', '.join(missed)}")
-    if unjudged:
-        verdict += f"; not judged, tokens merged in the stream: {', '.join(unjudged)}"
     who, lv, metric, a = worst
     return (f"Client vs server means on the same requests (tolerance {tol['tolerance']:.0%} of "
             f"the server's figure or {tol['floor_ms']:.0f} ms): {verdict}; largest gap "
