@@ -134,6 +134,10 @@ def finish(proc: subprocess.Popen, timeout: float = 900) -> tuple[int, str, str]
     return proc.returncode, out, err
 
 
+# slow: an engine start, the suites and a watchdog bound (about 2 minutes) for a rule the
+# unit tier also checks with a stand-in engine (test_reliability); CI keeps Ctrl-C, the
+# engine killed mid-run (test_pipeline) and the tracking server lost.
+@pytest.mark.slow
 def test_engine_hang_during_the_load_test_is_detected(tiny_model: Path, tmp_path: Path) -> None:
     """SIGSTOP the engine while the load client runs: the watchdog ends the run (exit 3)
     within its bound, keeps the suites' results, marks MLflow FAILED, leaves nothing."""

@@ -13,6 +13,9 @@ import pytest
 pytestmark = pytest.mark.integration
 
 
+# slow: the open-loop modes on their own engine (about 80 s); the closed loop every run
+# uses is checked on test_pipeline's, and the arrival schedules in the unit tier.
+@pytest.mark.slow
 def test_arrival_rate_and_trace_replay_with_a_duration_bound(tiny_model: Path,
                                                              tmp_path: Path) -> None:
     from workbench.config.run_config import EngineConfig, LoadProfile
