@@ -128,3 +128,25 @@ def test_a_gate_the_baseline_misses_is_said_before_the_candidates() -> None:
     headline = f"**No candidate of this model can pass this policy: `{floor}` — the baseline"
     assert headline in text and text.index(headline) < text.index("No candidate recommended")
     assert record.exit_code == 1  # still fail-closed
+
+
+def test_only_inconclusive_candidates_are_said_first_to_need_more_items() -> None:
+    from workbench.sweep.report import undecided_headline
+
+    rows = [row("int8", "inconclusive", -0.09, 0.3), row("int4", "reject", -0.3, 0.2,
+                                                         ("quality:arithmetic",))]
+    rows[0].inconclusive_gates = ["quality:arithmetic", "safety:advbench"]
+    rows[0].items_to_decide = {"quality:arithmetic": 755}
+    front, rec = rank(rows, "cost")
+    assert "quality:arithmetic (about 755 more items), safety:advbench" in rec.others["int8"]
+    record = SweepRecord("m", "cpu", "p", "cost", "worst_lower_bound", "q", {}, rows, front,
+                         rec, "/tmp/x", "now")
+    head = undecided_headline(record)
+    assert head.startswith("**Nothing decided for `int8`: inconclusive, not rejected.**")
+    assert "`int8` `quality:arithmetic` about 755 more" in head
+    md = render_sweep(record)
+    assert md.index(head) < md.index("No candidate recommended")
+    rows[0].decision = "promote"
+    _, promoted = rank(rows, "cost")
+    assert undecided_headline(SweepRecord("m", "cpu", "p", "cost", "worst_lower_bound", "q",
+                                          {}, rows, front, promoted, "/tmp/x", "now")) == ""

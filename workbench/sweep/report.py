@@ -45,6 +45,7 @@ def render_sweep(record: SweepRecord) -> str:
             if rec.candidate else "**No candidate recommended**")
     lines = [f"# Sweep of `{record.model}` on {record.device}", "",
              *([policy_headline(record), ""] if record.baseline_misses else []),
+             *([undecided_headline(record), ""] if undecided_headline(record) else []),
              head, "", rec.reason, "",
              f"Objective: {OBJECTIVE_LABEL[record.objective]}; quality retained: "
              f"{record.quality_measure}. Policy `{record.policy}`. Wall time "
@@ -89,9 +90,29 @@ def policy_headline(record: SweepRecord) -> str:
             "policy's, not the candidates'.")
 
 
+def undecided_headline(record: SweepRecord) -> str:
+    """When nothing was recommended yet a candidate is only inconclusive: the sizes, not
+    the candidates, left it open, and which gates need the most items (docs/gates.md,
+    "Inconclusive"). Empty otherwise."""
+    undecided = [r for r in record.rows if r.status == "decided"
+                 and r.decision == "inconclusive"]
+    if record.recommendation.candidate or not undecided:
+        return ""
+    needs = sorted(((n, r.candidate, g) for r in undecided
+                    for g, n in r.items_to_decide.items()), reverse=True)[:3]
+    most = "; ".join(f"`{c}` `{g}` about {n} more" for n, c, g in needs)
+    names = ", ".join(f"`{r.candidate}`" for r in undecided)
+    return (f"**Nothing decided for {names}: inconclusive, not rejected.** At these sizes "
+            "the intervals straddle the policy's margins"
+            + (f" (most items needed: {most})" if most else "")
+            + "; more items per suite decide them, looser margins would only hide it.")
+
+
 def print_sweep(record: SweepRecord, console: Console) -> None:
     if record.baseline_misses:
         console.print(f"[bold red]{escape(policy_headline(record).replace('**', ''))}[/]")
+    if undecided_headline(record):
+        console.print(f"[bold yellow]{escape(undecided_headline(record).replace('**', ''))}[/]")
     table = Table(title=f"sweep of {record.model}: objective {record.objective}")
     for col in ("candidate", "decision", "quality", record.objective, "front", "failing gates"):
         table.add_column(col, overflow="fold")

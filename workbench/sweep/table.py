@@ -53,6 +53,8 @@ class SweepRow:
     decision: Literal["promote", "reject", "inconclusive"] | None = None
     failing_gates: list[str] = field(default_factory=list)
     inconclusive_gates: list[str] = field(default_factory=list)
+    # inconclusive gate -> about how many more items would decide it (its evidence says)
+    items_to_decide: dict[str, int] = field(default_factory=dict)
     # absolute gates the baseline itself misses (record policy.baseline_misses)
     baseline_misses: list[str] = field(default_factory=list)
     run_dir: str = ""
@@ -180,6 +182,9 @@ def row_of(rec: DecisionRecord, objective: Objective, quality: QualityMeasure,
         candidate=rec.candidate, status="decided", decision=rec.decision,
         failing_gates=[g.gate for g in counted(rec.gates) if g.status == "fail"],
         inconclusive_gates=[g.gate for g in counted(rec.gates) if g.status == "inconclusive"],
+        items_to_decide={g.gate: int(g.evidence["items_to_decide"]) for g in counted(rec.gates)
+                         if g.status == "inconclusive"
+                         and isinstance(g.evidence.get("items_to_decide"), int)},
         baseline_misses=list(rec.policy.get("baseline_misses") or []),
         run_dir=rec.run_dir,
         format=(rec.quantization.get("served_format") or {}).get("label", ""),
@@ -236,7 +241,9 @@ def _why_not(row: SweepRow, best: SweepRow | None, objective: Objective) -> str:
     if row.decision == "reject":
         return "rejected: " + ", ".join(row.failing_gates or ["no gate judged"])
     if row.decision == "inconclusive":
-        return "inconclusive: " + ", ".join(row.inconclusive_gates)
+        return "inconclusive: " + ", ".join(
+            g + (f" (about {row.items_to_decide[g]} more items)" if g in row.items_to_decide
+                 else "") for g in row.inconclusive_gates)
     if row.quality is None:
         return "promoted, but has no quality figure for the policy's sweep.quality"
     if row.efficiency is None:
