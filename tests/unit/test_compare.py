@@ -368,3 +368,26 @@ def test_latency_ratios_carry_a_per_request_bootstrap_interval(tmp_path) -> None
         (outcome,) = evaluate_gates(policy, ev, 0)
         assert outcome.status == expected, outcome.detail
     assert outcome.evidence["ratio_interval"][0] < 1.5 < outcome.evidence["ratio_interval"][1]
+
+
+def test_a_gate_whose_baseline_is_within_its_margin_cannot_pass() -> None:
+    """A baseline that gets 1 item in 20 right can lose at most 0.05: inside a 0.15 margin
+    even a candidate that answers nothing right would pass. Such a pass is no evidence."""
+    policy = GatePolicy(quality=[QualityGate(suite="q", max_drop=0.15, slice_max_drop=0.15,
+                                             min_slice_items=10)])
+    base = suite_result([1.0] + [0.0] * 39, ["low"] * 20 + ["high"] * 20)
+    base_high = suite_result([1.0] + [0.0] * 19 + [1.0] * 20, ["low"] * 20 + ["high"] * 20)
+    broken = suite_result([0.0] * 20 + [1.0] * 20, ["low"] * 20 + ["high"] * 20)
+    status = {o.gate: o for o in evaluate_gates(
+        policy, Evidence({"q": base}, {"q": suite_result([0.0] * 40, ["low"] * 20 +
+                                                          ["high"] * 20)}, None, None, "cpu"), 0)}
+    whole = status["quality:q"]
+    assert whole.status == "inconclusive"  # 0.025 -> 0.000 would have passed -0.15
+    assert "a candidate that lost every item would pass" in whole.detail
+    assert status["quality:q[low]"].status == "not_applicable"
+    assert "nothing to lose" in status["quality:q[low]"].detail
+    # the same candidate against a baseline with something to lose is judged as usual
+    judged = {o.gate: o.status for o in evaluate_gates(
+        policy, Evidence({"q": base_high}, {"q": broken}, None, None, "cpu"), 0)}
+    assert judged["quality:q"] == "pass" and judged["quality:q[high]"] == "pass"
+    assert judged["quality:q[low]"] == "not_applicable"  # its baseline 0.05 <= 0.15
