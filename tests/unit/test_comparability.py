@@ -111,3 +111,11 @@ def test_validate_names_each_suites_gate_and_a_blind_suite_from_the_cached_basel
     assert lines[0] == "  arithmetic: quality gate (max_drop 0.05)"
     assert lines[1].startswith("  truthfulness: the policy's quality default — the cached "
                                "baseline gives one answer to every item")
+    # a cached baseline scoring within the gate's margin: nothing to lose, it cannot fail
+    low = dataclasses.replace(suite_result([1.0] + [0.0] * 19), suite="arithmetic")
+    cached.suites["arithmetic"] = low
+    policy.quality[0] = QualityGate(suite="arithmetic", max_drop=0.15)
+    lines = coverage.coverage_lines(policy, suites, plan)  # type: ignore[arg-type]
+    assert lines[0] == ("  arithmetic: quality gate (max_drop 0.15) — the cached baseline "
+                        "scores 0.050, within its margin 0.15: the gate cannot fail "
+                        "(docs/gates.md)")

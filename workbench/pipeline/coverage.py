@@ -1,6 +1,7 @@
 """What `validate` says about the policy before a run spends time: how each suite the
 config runs is judged, and, from the cached baseline when there is one, which suites the
-baseline answers alike on every item (they cannot see a change: docs/gates.md)."""
+baseline answers alike on every item (they cannot see a change) and which gates its score
+leaves nothing to lose (they cannot fail): docs/gates.md."""
 
 from __future__ import annotations
 
@@ -29,11 +30,15 @@ def coverage_lines(policy: GatePolicy, suites: list[Suite], p: Plan | None = Non
                    ) -> list[str]:
     kinds = {run: s.spec.kind for s in suites for run, _ in s.spec.runs()}
     baseline = _cached_baseline(p) if p is not None and not p.endpoint_roles else None
+    margins = {g.suite: g.max_drop for _, g in policy.paired(kinds) if g.metric == "score"}
     lines = []
     for suite, how in policy.gated_by(kinds).items():
         result = baseline.suites.get(suite) if baseline else None
         blind = result is not None and result.kind != "fidelity" and constant_answers(result)
-        lines.append(f"  {suite}: {how}" + (" — the cached baseline gives one answer to "
-                                            "every item: this suite cannot see a change"
-                                            if blind else ""))
+        note = (" — the cached baseline gives one answer to every item: this suite cannot "
+                "see a change" if blind else "")
+        if result is not None and suite in margins and result.accuracy <= margins[suite]:
+            note += (f" — the cached baseline scores {result.accuracy:.3f}, within its margin "
+                     f"{margins[suite]}: the gate cannot fail (docs/gates.md)")
+        lines.append(f"  {suite}: {how}{note}")
     return lines
