@@ -34,6 +34,7 @@ from workbench.gate.paired import (
     count_flips,
     evidence_strength,
     holm_adjust,
+    nothing_to_lose,
     paired_scores,
 )
 from workbench.suites.results import SuiteResult
@@ -119,16 +120,16 @@ def _judge_paired(checks: list[_PairedCheck], policy: GatePolicy) -> list[GateOu
             continue
         d = check.delta
         assert d is not None
-        if d.baseline <= check.margin and check.slice_name is not None:
-            outcomes.append(GateOutcome.of(check.label, "not_applicable", (
-                f"nothing to lose: the baseline's {d.baseline:.3f} is within the slice margin "
-                f"{check.margin:.3f}, so no candidate could fail it")))
-            continue
         status = non_inferiority(d, check.margin)
         extra = ""
-        if d.baseline <= check.margin:
-            # even a candidate that lost every item would pass: no evidence (docs/gates.md,
-            # "Evidence strength"); the policy should ungate the suite and say why
+        if nothing_to_lose(d.baseline, check.margin):
+            if check.slice_name is not None:
+                outcomes.append(GateOutcome.of(check.label, "not_applicable", (
+                    f"nothing to lose: the baseline's {d.baseline:.3f} is within the slice "
+                    f"margin {check.margin:.3f}, so no candidate could fail it")))
+                continue
+            # a pass that could not have failed is no evidence; the policy should ungate
+            # the suite and say why
             status = "inconclusive"
             extra += (f"; the baseline's own {d.baseline:.3f} is within the margin "
                       f"{check.margin:.3f}: a candidate that lost every item would pass, so "

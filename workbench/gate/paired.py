@@ -16,7 +16,7 @@ from workbench.suites.results import ItemResult, SuiteResult
 
 __all__ = ["ALL", "POWER", "Comparisons", "Paired", "PairedDelta", "SliceComparison", "Status",
            "bootstrap_means", "constant_answers", "count_flips", "evidence_strength",
-           "holm_adjust", "item_value", "paired_delta", "paired_delta_and_means",
+           "holm_adjust", "item_value", "nothing_to_lose", "paired_delta", "paired_delta_and_means",
            "paired_scores"]
 
 Status = Literal["pass", "fail", "inconclusive", "not_applicable"]
@@ -119,6 +119,13 @@ def constant_answers(result: SuiteResult, slice_name: str | None = None) -> bool
 
     answers = {answer(i) for i in result.items if slice_name is None or slice_name in i.slices}
     return len(answers) == 1 and len(result.items) > 1
+
+
+def nothing_to_lose(baseline_rate: float, margin: float) -> bool:
+    """True when the baseline's own rate is within the margin: a candidate that lost every
+    item would still pass, so the gate cannot fail (docs/gates.md, "Suites that can see a
+    change")."""
+    return baseline_rate <= margin
 
 
 def holm_adjust(pvalues: list[float]) -> list[float]:

@@ -6,7 +6,7 @@ leaves nothing to lose (they cannot fail): docs/gates.md."""
 from __future__ import annotations
 
 from workbench.config.gate_policy import GatePolicy
-from workbench.gate.paired import constant_answers
+from workbench.gate.paired import constant_answers, nothing_to_lose
 from workbench.measure.measurement import MEASUREMENT_FILE, Measurement
 from workbench.measure.pair import baseline_entry
 from workbench.mechanisms.files import read_json
@@ -37,8 +37,9 @@ def coverage_lines(policy: GatePolicy, suites: list[Suite], p: Plan | None = Non
         blind = result is not None and result.kind != "fidelity" and constant_answers(result)
         note = (" — the cached baseline gives one answer to every item: this suite cannot "
                 "see a change" if blind else "")
-        if result is not None and suite in margins and result.accuracy <= margins[suite]:
+        margin = margins.get(suite)
+        if result is not None and margin is not None and nothing_to_lose(result.accuracy, margin):
             note += (f" — the cached baseline scores {result.accuracy:.3f}, within its margin "
-                     f"{margins[suite]}: the gate cannot fail (docs/gates.md)")
+                     f"{margin}: the gate cannot fail (docs/gates.md)")
         lines.append(f"  {suite}: {how}{note}")
     return lines

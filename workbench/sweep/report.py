@@ -40,12 +40,13 @@ def _fmt(value: float | None, spec: str, suffix: str = "") -> str:
 
 def render_sweep(record: SweepRecord) -> str:
     rec = record.recommendation
+    undecided = undecided_headline(record)
     head = (f"**Recommended: `{rec.candidate}`**" + (f" (runner-up `{rec.runner_up}`)"
                                                     if rec.runner_up else "")
             if rec.candidate else "**No candidate recommended**")
     lines = [f"# Sweep of `{record.model}` on {record.device}", "",
              *([policy_headline(record), ""] if record.baseline_misses else []),
-             *([undecided_headline(record), ""] if undecided_headline(record) else []),
+             *([undecided, ""] if undecided else []),
              head, "", rec.reason, "",
              f"Objective: {OBJECTIVE_LABEL[record.objective]}; quality retained: "
              f"{record.quality_measure}. Policy `{record.policy}`. Wall time "
@@ -111,8 +112,8 @@ def undecided_headline(record: SweepRecord) -> str:
 def print_sweep(record: SweepRecord, console: Console) -> None:
     if record.baseline_misses:
         console.print(f"[bold red]{escape(policy_headline(record).replace('**', ''))}[/]")
-    if undecided_headline(record):
-        console.print(f"[bold yellow]{escape(undecided_headline(record).replace('**', ''))}[/]")
+    if undecided := undecided_headline(record):
+        console.print(f"[bold yellow]{escape(undecided.replace('**', ''))}[/]")
     table = Table(title=f"sweep of {record.model}: objective {record.objective}")
     for col in ("candidate", "decision", "quality", record.objective, "front", "failing gates"):
         table.add_column(col, overflow="fold")
