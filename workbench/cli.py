@@ -125,6 +125,12 @@ remeasure_option = click.option(
     "deterministic for the same weights, are still reused).")
 
 
+profile_option = click.option(
+    "--profile", type=click.Choice(["smoke", "full"]), default=None,
+    help="Run the suites' smoke sample or every item, instead of the config's profile "
+    "(full decides gates the smoke sizes leave inconclusive; docs/gates.md).")
+
+
 def endpoint_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """--baseline-endpoint / --candidate-endpoint: a side measured where it is already
     served (its key and model from the config's endpoints.<side>, if any)."""
@@ -150,13 +156,15 @@ def write_ci_outputs(rec: Any, junit: Path | None, summary: Path | None) -> None
 @click.option("--load-profile", default=None, metavar="NAME",
               help="Measure this named load profile instead of the config's load.profile "
                    "(built in: interactive, batch).")
+@profile_option
 @remeasure_option
 @endpoint_options
 @junit_option
 @summary_option
 @candidate_job
 def evaluate(config_path: str, candidate: str, runs_dir: Path, load_profile: str | None,
-             remeasure: bool, baseline_endpoint: str | None, candidate_endpoint: str | None,
+             profile: str | None, remeasure: bool, baseline_endpoint: str | None,
+             candidate_endpoint: str | None,
              junit: Path | None, summary: Path | None) -> int:
     """Run the whole pipeline for one candidate and decide promote / reject / inconclusive.
 
@@ -168,7 +176,7 @@ def evaluate(config_path: str, candidate: str, runs_dir: Path, load_profile: str
     """
 
     install_sigterm_as_interrupt()
-    cfg = _load(config_path, load_profile, baseline_endpoint, candidate_endpoint)
+    cfg = _load(config_path, load_profile, baseline_endpoint, candidate_endpoint, profile)
     rec = run_evaluate(cfg, candidate, runs_dir, console, _outputs(runs_dir, junit, summary),
                        remeasure)
     write_ci_outputs(rec, junit, summary)
@@ -176,8 +184,10 @@ def evaluate(config_path: str, candidate: str, runs_dir: Path, load_profile: str
 
 
 def _load(config_path: str, load_profile: str | None, baseline_endpoint: str | None = None,
-          candidate_endpoint: str | None = None) -> RunConfig:
+          candidate_endpoint: str | None = None, profile: str | None = None) -> RunConfig:
     cfg = load_config(_config_path(config_path))
+    if profile is not None:
+        cfg = cfg.with_profile(profile)  # type: ignore[arg-type]  # click.Choice checked it
     if baseline_endpoint is not None or candidate_endpoint is not None:
         cfg = cfg.with_endpoints(baseline_endpoint, candidate_endpoint)
     return cfg.with_load_profile(load_profile) if load_profile is not None else cfg
@@ -256,12 +266,14 @@ def quantize(config_path: str, candidates: tuple[str, ...], all_candidates: bool
               help="Measure the candidates in parallel as Ray tasks, each holding its "
                    "engine's devices: a cluster's address (host:port, ray://host:10001), or "
                    "'local' to start Ray on this host and split its GPUs between them.")
+@profile_option
 @remeasure_option
 @runs_option
 @debug_option
 @handle_errors
 def sweep(config_path: str, candidates: tuple[str, ...], all_candidates: bool,
-          include_slow: bool, ray_address: str | None, remeasure: bool, runs_dir: Path) -> int:
+          include_slow: bool, ray_address: str | None, profile: str | None, remeasure: bool,
+          runs_dir: Path) -> int:
     """Which candidate to ship: every candidate against one baseline.
 
     Each candidate runs through evaluate's stages into runs/<sweep>/<candidate>/ with its
@@ -275,7 +287,7 @@ def sweep(config_path: str, candidates: tuple[str, ...], all_candidates: bool,
     if all_candidates == bool(candidates):
         raise InputError("give --candidate NAME (repeatable) or --all")
     install_sigterm_as_interrupt()
-    cfg = load_config(_config_path(config_path))
+    cfg = _load(config_path, None, profile=profile)
     names = list(cfg.candidates) if all_candidates else list(dict.fromkeys(candidates))
     return run_sweep(cfg, names, runs_dir, console, include_slow, remeasure,
                      ray_address).exit_code
@@ -323,6 +335,7 @@ def serve(config_path: str, candidate: str | None, runs_dir: Path) -> int:
                    "this device can serve it (default: every candidate's recipe and data).")
 @click.option("--load-profile", default=None, metavar="NAME",
               help="As `evaluate --load-profile`.")
+@profile_option
 @click.option("--all-suites", is_flag=True,
               help="Also check every suite shipped in eval_suites/, not only the config's.")
 @endpoint_options
@@ -332,22 +345,25 @@ def serve(config_path: str, candidate: str | None, runs_dir: Path) -> int:
 @debug_option
 @handle_errors
 def validate(config_path: str, candidate: str | None, load_profile: str | None,
-             all_suites: bool, baseline_endpoint: str | None, candidate_endpoint: str | None,
-             runs_dir: Path, junit: Path | None, summary: Path | None) -> int:
+             profile: str | None, all_suites: bool, baseline_endpoint: str | None,
+             candidate_endpoint: str | None, runs_dir: Path, junit: Path | None,
+             summary: Path | None) -> int:
     """Check a config, its gate policy, suites, data, engine arguments, tracking server and
     output paths; report every problem at once. Runs the very checks `evaluate` runs, so a
     config that passes here is not refused there; writes and starts nothing."""
 
     path = _config_path(config_path)
-    cfg = _load(config_path, load_profile, baseline_endpoint, candidate_endpoint)
+    cfg = _load(config_path, load_profile, baseline_endpoint, candidate_endpoint, profile)
     outputs = _outputs(runs_dir, junit, summary)
     if candidate is not None:
         p = plan(cfg, candidate, outputs)  # evaluate's own check
-        checked, coverage = f"candidate {candidate}", coverage_lines(p.policy, p.suites, p)
+        suites = p.suites
+        checked, coverage = f"candidate {candidate}", coverage_lines(p.policy, suites, p)
     else:
         policy, suites = check_config(cfg, outputs)
         checked = f"{len(cfg.candidates)} candidate(s)"
         coverage = coverage_lines(policy, suites)
+    items = sum(len(s.sample(cfg.profile, cfg.seed)) for s in suites)
     if all_suites:
         extra = sorted(str(p.parent) for p in SUITES_ROOT.glob("*/*/suite.yaml")
                        if p.parent.name not in cfg.suites)
@@ -360,7 +376,8 @@ def validate(config_path: str, candidate: str | None, load_profile: str | None,
         if problems:
             raise InputError(problems[0], problems)
     n_suites = len(cfg.suites) + (len(extra) if all_suites else 0)
-    console.print(f"[green]ok[/]: {path} — {checked}, {n_suites} suite(s) checked, gates "
+    console.print(f"[green]ok[/]: {path} — {checked}, {n_suites} suite(s) checked "
+                  f"(profile {cfg.profile}: {items:,} items), gates "
                   f"{cfg.gates}, load profiles {', '.join(sorted(cfg.load.profiles))} "
                   f"(this run: {cfg.load.profile})")
     console.print("how each suite is judged:\n" + "\n".join(coverage), markup=False)

@@ -198,3 +198,30 @@ def test_sweep_sets_aside_what_this_device_cannot_serve_or_serves_only_by_emulat
     assert not (tmp_path / "runs").exists()
     slow = choose(cfg, ["fp8"], Outputs(runs_dir=tmp_path / "runs"), "cpu", include_slow=True)
     assert [p.candidate_name for p in slow.plans] == ["fp8"]
+
+
+def test_profile_on_the_command_line_overrides_the_configs_in_validate_and_the_fanout(
+        tmp_path: Path) -> None:
+    """`--profile full` runs every item of every suite, the smoke sample being the config's
+    choice; a fanned-out sweep's tasks rebuild the driver's choice from the config file."""
+    import re
+
+    from workbench.config.run_config import load_config
+    from workbench.suites.definition import load_suite
+    from workbench.sweep.fanout import _task_plan
+
+    cfg = load_config(DEFAULT)
+    every = sum(len(load_suite(name).items) for name in cfg.suites)
+    counts = {}
+    for profile in ("smoke", "full"):
+        result = run("validate", "--config", str(DEFAULT), "--profile", profile)
+        assert result.exit_code == 0, result.output
+        found = re.search(rf"\(profile {profile}: ([\d,]+) items\)", result.output)
+        assert found, result.output
+        counts[profile] = int(found.group(1).replace(",", ""))
+    assert counts["full"] == every and counts["smoke"] < every
+    assert cfg.profile == "smoke" and cfg.with_profile("full").profile == "full"
+    assert run("validate", "--config", str(DEFAULT), "--profile", "all").exit_code == 2
+
+    p = _task_plan(str(DEFAULT), ("batch", "full"), "int4", "cpu")
+    assert (p.cfg.profile, p.cfg.load.profile) == ("full", "batch")

@@ -349,6 +349,11 @@ class RunConfig(StrictModel):
             raise InputError(problems[0], problems) from None
         return cfg.model_copy(update={"source": self.source})
 
+    def with_profile(self, name: Literal["smoke", "full"]) -> RunConfig:
+        """This config running another of its suites' item profiles (the command line's
+        --profile over `profile`): the smoke sample or every item."""
+        return self.model_copy(update={"profile": name})
+
     def with_endpoints(self, baseline: str | None, candidate: str | None) -> RunConfig:
         """This config with sides measured at the given endpoint URLs (the command line's
         --baseline-endpoint / --candidate-endpoint over endpoints.<side>.url)."""

@@ -142,18 +142,26 @@ def unpack(data: bytes, dest: Path) -> None:
 
 # ---- in a Ray task ------------------------------------------------------------------------
 
-def _task_plan(config_path: str, load_profile: str, candidate: str, device: str) -> Plan:
+Profiles = tuple[str, str]  # the driver's (load profile, suites' item profile)
+
+
+def _task_plan(config_path: str, profiles: Profiles, candidate: str, device: str) -> Plan:
+    """The driver's plan, rebuilt from the config file with the driver's command-line
+    choices of profile."""
+    load_profile, profile = profiles
     cfg = load_config(config_path)
     if cfg.load.profile != load_profile:
         cfg = cfg.with_load_profile(load_profile)
+    if cfg.profile != profile:
+        cfg = cfg.with_profile(profile)  # type: ignore[arg-type]  # the driver's, checked
     return plan(cfg, candidate, Outputs(), device)
 
 
-def _baseline_entry_task(config_path: str, load_profile: str, candidate: str, device: str
+def _baseline_entry_task(config_path: str, profiles: Profiles, candidate: str, device: str
                          ) -> bytes:
     """Measure the baseline's suites (unless its node's cache has them) and return the
     sealed cache entry."""
-    p = _task_plan(config_path, load_profile, candidate, device)
+    p = _task_plan(config_path, profiles, candidate, device)
     entry = baseline_entry(p)
     if load_cached(entry) is None:
         console = Console(file=io.StringIO(), width=160)
@@ -162,11 +170,11 @@ def _baseline_entry_task(config_path: str, load_profile: str, candidate: str, de
     return pack(entry)
 
 
-def _candidate_task(config_path: str, load_profile: str, candidate: str, device: str,
+def _candidate_task(config_path: str, profiles: Profiles, candidate: str, device: str,
                     remeasure: bool, baseline_bytes: bytes) -> dict[str, Any]:
     """Quantise and measure one candidate beside its baseline, on this task's devices;
     the run folder comes back as bytes, with the error if a stage failed."""
-    p = _task_plan(config_path, load_profile, candidate, device)
+    p = _task_plan(config_path, profiles, candidate, device)
     entry = baseline_entry(p)
     if not entry.exists():  # another node measured it: install the sealed copy
         staging = cache_entry.staging_for(entry)
@@ -258,12 +266,13 @@ def fan_out(plans: list[Plan], cluster: Cluster, remeasure: bool, console: Conso
     import ray
 
     first = plans[0]
-    config_path, profile = str(first.cfg.source.resolve()), first.cfg.load.profile
+    config_path = str(first.cfg.source.resolve())
+    profiles: Profiles = (first.cfg.load.profile, first.cfg.profile)
     tasks = _Reservations(cluster, {k: os.environ[k] for k in FORWARDED_ENV if k in os.environ})
     running: dict[Any, int] = {}
     try:
         with console.status(f"baseline: measuring its suites once on {cluster.where}"):
-            ref = tasks.start(_baseline_entry_task, first, config_path, profile,
+            ref = tasks.start(_baseline_entry_task, first, config_path, profiles,
                               first.candidate_name, cluster.device)
             entry = ray.get(ref)
             tasks.free(ref)  # its devices go to the candidates
@@ -272,7 +281,7 @@ def fan_out(plans: list[Plan], cluster: Cluster, remeasure: bool, console: Conso
         entry_ref = ray.put(entry)
         started = time.perf_counter()
         for i, p in enumerate(plans):
-            running[tasks.start(_candidate_task, p, config_path, profile, p.candidate_name,
+            running[tasks.start(_candidate_task, p, config_path, profiles, p.candidate_name,
                                 cluster.device, remeasure, entry_ref)] = i
         results: list[Any] = [None] * len(plans)
         pending = list(running)
