@@ -80,16 +80,22 @@ def main() -> None:
     print("| gate | n | margin | detectable drop (no flips) | A/A pass / inconclusive / "
           "fail at " + ", ".join(f"{e:.0%}" for e in rates) + " flips |")
     print("|---|---|---|---|---|")
+    every = [1.0] * len(rates)
     for name, n, margin in gates_and_sizes(cfg):
         if wanted and name.split(":", 1)[1] not in wanted:
             continue
         same = paired_delta([1.0] * n, [1.0] * n, confidence, 1000, 0)
         detectable = evidence_strength(same, margin, confidence, "pass")["detectable_drop"]
         cells = []
-        for rate in rates:
+        for i, rate in enumerate(rates):
             o = aa_outcomes(n, margin, rate, confidence, rng)
             cells.append(f"{o['pass']:.2f} / {o['inconclusive']:.2f} / {o['fail']:.2f}")
+            every[i] *= o["pass"]
         print(f"| `{name}` | {n} | {margin} | {detectable:.3f} | " + "; ".join(cells) + " |")
+    # promote needs every counted gate to pass; the suites' runs are independent, though
+    # a suite's score and its health share items, so this product is a rough guide
+    print("| every gate above passes (product) | | | | "
+          + "; ".join(f"{p:.3f}" for p in every) + " |")
 
 
 if __name__ == "__main__":
