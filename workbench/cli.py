@@ -357,12 +357,13 @@ def validate(config_path: str, candidate: str | None, load_profile: str | None,
     outputs = _outputs(runs_dir, junit, summary)
     if candidate is not None:
         p = plan(cfg, candidate, outputs)  # evaluate's own check
-        suites = p.suites
-        checked, coverage = f"candidate {candidate}", coverage_lines(p.policy, suites, p)
+        policy, suites, checked = p.policy, p.suites, f"candidate {candidate}"
     else:
+        p = None
         policy, suites = check_config(cfg, outputs)
         checked = f"{len(cfg.candidates)} candidate(s)"
-        coverage = coverage_lines(policy, suites)
+    sizes = {run: len(s.sample(cfg.profile, cfg.seed)) for s in suites for run, _ in s.spec.runs()}
+    coverage = coverage_lines(policy, suites, p, sizes)
     items = sum(len(s.sample(cfg.profile, cfg.seed)) for s in suites)
     if all_suites:
         extra = sorted(str(p.parent) for p in SUITES_ROOT.glob("*/*/suite.yaml")

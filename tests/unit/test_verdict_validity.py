@@ -111,6 +111,43 @@ def test_evidence_strength_says_what_could_be_seen_and_what_would_decide() -> No
         assert "more items would decide it" in outcome.detail
 
 
+def test_a_churning_candidate_with_no_loss_passes_as_often_as_tolerable_churn_says() -> None:
+    """tolerable_churn is the share of answers a candidate may change, as many lost as
+    gained, and still pass with 80% chance; twice that share passes far less often."""
+    from workbench.gate.gates import non_inferiority
+    from workbench.gate.paired import tolerable_churn
+
+    n, margin = 120, 0.05
+    most = tolerable_churn(n, margin, 0.95)
+    assert abs(most - n * (margin / 2.8016) ** 2) < 1e-3  # 3.8% at the smoke size
+    assert tolerable_churn(4 * n, margin, 0.95) == pytest.approx(4 * most)
+    rng = np.random.default_rng(0)
+
+    def passes(share: float) -> float:
+        runs = 300
+        hits = 0
+        for run in range(runs):
+            base = (rng.random(n) < 0.5).astype(float)
+            cand = np.where(rng.random(n) < share, 1 - base, base)
+            hits += non_inferiority(paired_delta(list(base), list(cand), 0.95, 1000, run),
+                                    margin) == "pass"
+        return hits / runs
+
+    assert 0.7 <= passes(most) <= 0.92
+    assert passes(2 * most) < 0.6
+    # the inconclusive gate says how much the candidate changed and how much could pass
+    base = [1.0, 0.0] * 60
+    cand = [0.0 if k < 10 else v for k, v in enumerate(base)]  # 5 lost
+    cand = [1.0 if 10 <= k < 16 and v == 0.0 else v for k, v in enumerate(cand)]  # 3 gained
+    [outcome] = evaluate_gates(GatePolicy(quality=[QualityGate(suite="q", max_drop=margin)]),
+                               Evidence({"q": suite_result(base)}, {"q": suite_result(cand)},
+                                        None, None, "cpu"), 0)
+    assert outcome.status == "inconclusive", outcome.detail
+    assert outcome.evidence["churn"] == pytest.approx(8 / 120, abs=1e-4)
+    assert "it changed 6.7% of the answers, and 120 items pass a candidate with no loss " \
+        "that changes at most 3.8%" in outcome.detail
+
+
 def test_generation_agreement_counts_identical_continuations_and_first_divergence() -> None:
     assert first_divergence([1, 2, 3], [1, 2, 3]) == 3
     assert first_divergence([1, 2, 3], [1, 9, 3]) == 1

@@ -143,6 +143,10 @@ def _judge_paired(checks: list[_PairedCheck], policy: GatePolicy) -> list[GateOu
         extra += f"; could detect a drop of {strength['detectable_drop']:.3f}"
         if strength["items_to_decide"] is not None:
             extra += f", about {strength['items_to_decide']} more items would decide it"
+            if strength["churn"] > strength["tolerable_churn"]:
+                extra += (f"; it changed {strength['churn']:.1%} of the answers, and {d.n} "
+                          f"items pass a candidate with no loss that changes at most "
+                          f"{strength['tolerable_churn']:.1%} (80% chance)")
         detail = (f"{d.baseline:.3f} -> {d.candidate:.3f}, delta {d.delta:+.3f} "
                   f"[{d.ci_low:+.3f}, {d.ci_high:+.3f}] vs margin -{check.margin:.3f}; "
                   f"flips {d.flips_to_wrong} lost / {d.flips_to_right} gained, "

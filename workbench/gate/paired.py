@@ -14,10 +14,10 @@ from typing_extensions import TypedDict
 
 from workbench.suites.results import ItemResult, SuiteResult
 
-__all__ = ["ALL", "POWER", "Comparisons", "Paired", "PairedDelta", "SliceComparison", "Status",
-           "bootstrap_means", "constant_answers", "count_flips", "evidence_strength",
-           "holm_adjust", "item_value", "nothing_to_lose", "paired_delta", "paired_delta_and_means",
-           "paired_scores"]
+__all__ = ["ALL", "POWER", "Comparisons", "EvidenceStrength", "Paired", "PairedDelta",
+           "SliceComparison", "Status", "bootstrap_means", "constant_answers", "count_flips",
+           "evidence_strength", "holm_adjust", "item_value", "nothing_to_lose",
+           "paired_delta", "paired_delta_and_means", "paired_scores", "tolerable_churn"]
 
 Status = Literal["pass", "fail", "inconclusive", "not_applicable"]
 
@@ -86,15 +86,26 @@ def paired_delta(base: list[float], cand: list[float], confidence: float, resamp
 POWER = 0.8  # the chance of seeing a change, for the smallest detectable drop
 
 
+class EvidenceStrength(TypedDict):
+    """How much a paired test could see (evidence_strength), kept in its gate's evidence."""
+
+    detectable_drop: float
+    items_to_decide: int | None
+    churn: float
+    tolerable_churn: float
+
+
 def evidence_strength(d: PairedDelta, margin: float, confidence: float,
-                      status: Status) -> dict[str, float | int | None]:
+                      status: Status) -> EvidenceStrength:
     """How strong a paired test's evidence is at its n (normal approximation).
 
     detectable_drop: the true drop that an interval this wide would put wholly below zero
     with POWER (80%) chance. The per-item spread is never taken below one discordant pair
     in n, so a run with no flips still says how few items it had (rule-of-three-like).
     items_to_decide (inconclusive only): roughly how many more paired items would bring
-    the interval, at the observed change and spread, to one side of the margin."""
+    the interval, at the observed change and spread, to one side of the margin.
+    churn: the share of items whose 0/1 value changed either way; tolerable_churn: the
+    most a candidate with no loss may change and still pass with POWER chance at this n."""
     from scipy import stats  # 0.8 s to import: loaded when judging (docs/architecture.md)
 
     z = stats.norm.ppf(1 - (1 - confidence) / 2)
@@ -105,7 +116,23 @@ def evidence_strength(d: PairedDelta, margin: float, confidence: float,
         distance = abs(d.delta + margin)
         more = (max(math.ceil((z * sd / distance) ** 2) - d.n, 1)
                 if distance > 1e-9 else None)
-    return {"detectable_drop": round(detectable, 4), "items_to_decide": more}
+    churn = (d.flips_to_wrong + d.flips_to_right) / d.n
+    return EvidenceStrength(detectable_drop=round(detectable, 4), items_to_decide=more,
+                            churn=round(churn, 4),
+                            tolerable_churn=round(tolerable_churn(d.n, margin, confidence), 4))
+
+
+def tolerable_churn(n: int, margin: float, confidence: float) -> float:
+    """The largest share of its n items a candidate may change (as many right -> wrong as
+    wrong -> right: no loss) and still pass a margin with POWER chance. The per-item
+    difference of 0/1 scores then has variance about the share changed, so the interval's
+    half-width is z * sqrt(share / n); it clears the margin with POWER chance when
+    (z + z_power) * sqrt(share / n) <= margin (docs/gates.md, "Can a good candidate
+    pass?")."""
+    from scipy import stats  # 0.8 s to import: loaded when judging (docs/architecture.md)
+
+    z = stats.norm.ppf(1 - (1 - confidence) / 2) + stats.norm.ppf(POWER)
+    return min(1.0, n * (margin / z) ** 2)
 
 
 def constant_answers(result: SuiteResult, slice_name: str | None = None) -> bool:

@@ -1,12 +1,15 @@
 """What `validate` says about the policy before a run spends time: how each suite the
 config runs is judged, and, from the cached baseline when there is one, which suites the
 baseline answers alike on every item (they cannot see a change) and which gates its score
-leaves nothing to lose (they cannot fail): docs/gates.md."""
+leaves nothing to lose (they cannot fail), and how much answer churn each paired gate
+can pass at the profile's sizes: docs/gates.md."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from workbench.config.gate_policy import GatePolicy
-from workbench.gate.paired import constant_answers, nothing_to_lose
+from workbench.gate.paired import constant_answers, nothing_to_lose, tolerable_churn
 from workbench.measure.measurement import MEASUREMENT_FILE, Measurement
 from workbench.measure.pair import baseline_entry
 from workbench.mechanisms.files import read_json
@@ -26,11 +29,15 @@ def _cached_baseline(p: Plan) -> Measurement | None:
         return None
 
 
-def coverage_lines(policy: GatePolicy, suites: list[Suite], p: Plan | None = None
-                   ) -> list[str]:
+def coverage_lines(policy: GatePolicy, suites: list[Suite], p: Plan | None = None,
+                   sizes: Mapping[str, int] | None = None) -> list[str]:
+    """One line per suite the config runs; sizes (run name -> items the profile runs)
+    add what each paired gate can pass."""
     kinds = {run: s.spec.kind for s in suites for run, _ in s.spec.runs()}
     baseline = _cached_baseline(p) if p is not None and not p.endpoint_roles else None
-    margins = {g.suite: g.max_drop for _, g in policy.paired(kinds) if g.metric == "score"}
+    paired = policy.paired(kinds)
+    margins = {g.suite: g.max_drop for _, g in paired if g.metric == "score"}
+    any_metric = {g.suite: g.max_drop for _, g in paired}  # a schema_valid rate churns too
     lines = []
     for suite, how in policy.gated_by(kinds).items():
         result = baseline.suites.get(suite) if baseline else None
@@ -41,5 +48,9 @@ def coverage_lines(policy: GatePolicy, suites: list[Suite], p: Plan | None = Non
         if result is not None and margin is not None and nothing_to_lose(result.accuracy, margin):
             note += (f" — the cached baseline scores {result.accuracy:.3f}, within its margin "
                      f"{margin}: the gate cannot fail (docs/gates.md)")
+        if suite in any_metric and sizes and suite in sizes:
+            most = tolerable_churn(sizes[suite], any_metric[suite], policy.confidence)
+            note += (f" · {sizes[suite]} items: passes a candidate with no loss that "
+                     f"changes up to {most:.1%} of the answers (80% chance)")
         lines.append(f"  {suite}: {how}{note}")
     return lines
