@@ -146,6 +146,16 @@ def test_a_churning_candidate_with_no_loss_passes_as_often_as_tolerable_churn_sa
     assert outcome.evidence["churn"] == pytest.approx(8 / 120, abs=1e-4)
     assert "it changed 6.7% of the answers, and 120 items pass a candidate with no loss " \
         "that changes at most 3.8%" in outcome.detail
+    # the record's headline: the sizes held the release, not a loss
+    from workbench.record.policy_text import undersized_headline
+
+    headline = undersized_headline([outcome])
+    assert headline.startswith("Inconclusive at these sizes, not rejected: on 1 gate(s)")
+    assert "`quality:q` changed 6.7% of 120, which pass at most 3.8%" in headline
+    failed = dataclasses.replace(outcome, gate="quality:other", status="fail")
+    assert undersized_headline([outcome, failed]) == ""  # a fail decides: no excuse
+    quiet = dataclasses.replace(outcome, evidence={**outcome.evidence, "churn": 0.01})
+    assert undersized_headline([quiet]) == ""  # within what the items can pass: no claim
 
 
 def test_generation_agreement_counts_identical_continuations_and_first_divergence() -> None:

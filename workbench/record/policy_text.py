@@ -1,12 +1,13 @@
 """What the policy made of a run, in words: each gate's mark, the policy's false-reject
-bound and coverage, and the headline when the baseline itself misses absolute gates."""
+bound and coverage, the headline when the baseline itself misses absolute gates, and the
+one when the sample sizes, not the candidate, left the decision open."""
 
 from __future__ import annotations
 
 from workbench.gate.evidence import GateOutcome
 from workbench.gate.verdict import PolicySection
 
-__all__ = ["MARK", "gate_mark", "policy_defect", "policy_lines"]
+__all__ = ["MARK", "gate_mark", "policy_defect", "policy_lines", "undersized_headline"]
 
 MARK = {"pass": "PASS", "fail": "FAIL", "inconclusive": "INCONCLUSIVE", "not_applicable": "n/a"}
 
@@ -54,3 +55,25 @@ def policy_defect(policy: PolicySection | dict) -> str:
         parts.append("the baseline itself cannot be shown to meet "
                      + ", ".join(f"`{g}`" for g in unproven) + " at this number of items")
     return "; ".join(parts)
+
+
+def undersized_headline(gates: list[GateOutcome]) -> str:
+    """When nothing failed and the release is held by paired gates on which the candidate
+    changed more answers than their items can pass with no loss (evidence churn above
+    tolerable_churn, gate.paired.evidence_strength): the sizes decided, and how far off
+    they are (docs/gates.md, "Can a good candidate pass?"). Empty otherwise."""
+    counted = [g for g in gates if not g.informational]
+    if any(g.status == "fail" for g in counted):
+        return ""
+    short = sorted((g for g in counted if g.status == "inconclusive"
+                    and g.evidence.get("churn", 0.0) > g.evidence.get("tolerable_churn", 1.0)),
+                   key=lambda g: g.evidence["tolerable_churn"] / g.evidence["churn"])
+    if not short:
+        return ""
+    worst = "; ".join(f"`{g.gate}` changed {g.evidence['churn']:.1%} of {g.evidence['n']}, "
+                      f"which pass at most {g.evidence['tolerable_churn']:.1%}"
+                      for g in short[:3])
+    return (f"Inconclusive at these sizes, not rejected: on {len(short)} gate(s) the "
+            "candidate changed more answers, as many lost as gained or near it, than their "
+            f"items can pass with no loss ({worst}); more items decide them (--profile full, "
+            "or larger suites), looser margins would only hide it")

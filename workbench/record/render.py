@@ -17,7 +17,12 @@ from rich.table import Table
 from workbench.mechanisms.files import write_json
 from workbench.record.decision import SEVERITY, DecisionRecord, worst_first
 from workbench.record.policy_text import MARK as _MARK
-from workbench.record.policy_text import gate_mark, policy_defect, policy_lines
+from workbench.record.policy_text import (
+    gate_mark,
+    policy_defect,
+    policy_lines,
+    undersized_headline,
+)
 
 __all__ = ["print_decision", "render_markdown", "render_summary", "write_junit",
            "write_record"]
@@ -263,6 +268,8 @@ def render_markdown(rec: DecisionRecord) -> str:
         *_kernel_lines(rec.engine.get("kernels", {})),
         *([f"**{policy_defect(rec.policy).capitalize()}.**", ""]
           if policy_defect(rec.policy) else []),
+        *([f"**{undersized}.**", ""] if (undersized := undersized_headline(rec.gates))
+          else []),
         *([f"Judged again from a record of schema {rec.migrated_from[0]} (migrated through "
            f"{', '.join(map(str, rec.migrated_from))}; what it lacks fails closed).", ""]
           if rec.migrated_from else []),
@@ -314,6 +321,8 @@ def render_summary(rec: DecisionRecord) -> str:
              + f" · exit code {rec.exit_code}", ""]
     if policy_defect(rec.policy):
         lines += [f"**{policy_defect(rec.policy).capitalize()}.**", ""]
+    if undersized := undersized_headline(rec.gates):
+        lines += [f"**{undersized}.**", ""]
     holding = [g for g in worst_first(rec.gates) if g.status in ("fail", "inconclusive")
                and not g.informational]
     if holding:
@@ -368,6 +377,8 @@ def print_decision(rec: DecisionRecord, console: Console) -> None:
     console.print(table)
     if policy_defect(rec.policy):
         console.print(f"[bold red]{escape(policy_defect(rec.policy).capitalize())}.[/]")
+    if undersized := undersized_headline(rec.gates):
+        console.print(f"[bold yellow]{escape(undersized)}.[/]")
 
 
 def write_record(run_dir: Path, rec: DecisionRecord) -> tuple[Path, Path]:
