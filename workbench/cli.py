@@ -164,8 +164,7 @@ def write_ci_outputs(rec: Any, junit: Path | None, summary: Path | None) -> None
 @candidate_job
 def evaluate(config_path: str, candidate: str, runs_dir: Path, load_profile: str | None,
              profile: str | None, remeasure: bool, baseline_endpoint: str | None,
-             candidate_endpoint: str | None,
-             junit: Path | None, summary: Path | None) -> int:
+             candidate_endpoint: str | None, junit: Path | None, summary: Path | None) -> int:
     """Run the whole pipeline for one candidate and decide promote / reject / inconclusive.
 
     Reuses the cached quantised artifact, the cached baseline results and, with nothing
@@ -364,7 +363,6 @@ def validate(config_path: str, candidate: str | None, load_profile: str | None,
         checked = f"{len(cfg.candidates)} candidate(s)"
     sizes = {run: len(s.sample(cfg.profile, cfg.seed)) for s in suites for run, _ in s.spec.runs()}
     coverage = coverage_lines(policy, suites, p, sizes)
-    items = sum(len(s.sample(cfg.profile, cfg.seed)) for s in suites)
     if all_suites:
         extra = sorted(str(p.parent) for p in SUITES_ROOT.glob("*/*/suite.yaml")
                        if p.parent.name not in cfg.suites)
@@ -378,7 +376,7 @@ def validate(config_path: str, candidate: str | None, load_profile: str | None,
             raise InputError(problems[0], problems)
     n_suites = len(cfg.suites) + (len(extra) if all_suites else 0)
     console.print(f"[green]ok[/]: {path} — {checked}, {n_suites} suite(s) checked "
-                  f"(profile {cfg.profile}: {items:,} items), gates "
+                  f"(profile {cfg.profile}: {sum(sizes.values()):,} items per model), gates "
                   f"{cfg.gates}, load profiles {', '.join(sorted(cfg.load.profiles))} "
                   f"(this run: {cfg.load.profile})")
     console.print("how each suite is judged:\n" + "\n".join(coverage), markup=False)

@@ -211,12 +211,13 @@ def test_profile_on_the_command_line_overrides_the_configs_in_validate_and_the_f
     from workbench.sweep.fanout import _task_plan
 
     cfg = load_config(DEFAULT)
-    every = sum(len(load_suite(name).items) for name in cfg.suites)
+    # a suite run twice (bfcl-simple, unguided and guided) counts twice
+    every = sum(len(s.items) * len(s.spec.runs()) for s in map(load_suite, cfg.suites))
     counts = {}
     for profile in ("smoke", "full"):
         result = run("validate", "--config", str(DEFAULT), "--profile", profile)
         assert result.exit_code == 0, result.output
-        found = re.search(rf"\(profile {profile}: ([\d,]+) items\)", result.output)
+        found = re.search(rf"\(profile {profile}: ([\d,]+) items per model\)", result.output)
         assert found, result.output
         counts[profile] = int(found.group(1).replace(",", ""))
         # the power each paired gate has at the profile's sizes, stated before the run

@@ -11,12 +11,7 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import (
-    Field,
-    ValidationError,
-    field_validator,
-    model_validator,
-)
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from workbench.config.load import (  # re-exported: the run config names them
     BUILTIN_PROFILES,
@@ -350,8 +345,7 @@ class RunConfig(StrictModel):
         return cfg.model_copy(update={"source": self.source})
 
     def with_profile(self, name: Literal["smoke", "full"]) -> RunConfig:
-        """This config running another of its suites' item profiles (the command line's
-        --profile over `profile`): the smoke sample or every item."""
+        """This config running its suites' smoke sample or every item (--profile)."""
         return self.model_copy(update={"profile": name})
 
     def with_endpoints(self, baseline: str | None, candidate: str | None) -> RunConfig:

@@ -17,12 +17,7 @@ from rich.table import Table
 from workbench.mechanisms.files import write_json
 from workbench.record.decision import SEVERITY, DecisionRecord, worst_first
 from workbench.record.policy_text import MARK as _MARK
-from workbench.record.policy_text import (
-    gate_mark,
-    policy_defect,
-    policy_lines,
-    undersized_headline,
-)
+from workbench.record.policy_text import gate_mark, policy_defect, policy_lines, undersized_headline
 
 __all__ = ["print_decision", "render_markdown", "render_summary", "write_junit",
            "write_record"]
