@@ -110,7 +110,7 @@ def evidence_strength(d: PairedDelta, margin: float, confidence: float,
 
     z = stats.norm.ppf(1 - (1 - confidence) / 2)
     sd = max(d.sd if not math.isnan(d.sd) else 0.0, math.sqrt(1 / d.n))
-    detectable = (z + stats.norm.ppf(POWER)) * sd / math.sqrt(d.n)
+    detectable = _z_with_power(confidence) * sd / math.sqrt(d.n)
     more: int | None = None
     if status == "inconclusive":
         distance = abs(d.delta + margin)
@@ -129,10 +129,15 @@ def tolerable_churn(n: int, margin: float, confidence: float) -> float:
     half-width is z * sqrt(share / n); it clears the margin with POWER chance when
     (z + z_power) * sqrt(share / n) <= margin (docs/gates.md, "Can a good candidate
     pass?")."""
+    return min(1.0, n * (margin / _z_with_power(confidence)) ** 2)
+
+
+def _z_with_power(confidence: float) -> float:
+    """z of the two-sided interval plus z of POWER: the distance, in standard errors, a
+    true change must lie from the bound to be seen with POWER chance."""
     from scipy import stats  # 0.8 s to import: loaded when judging (docs/architecture.md)
 
-    z = stats.norm.ppf(1 - (1 - confidence) / 2) + stats.norm.ppf(POWER)
-    return min(1.0, n * (margin / z) ** 2)
+    return float(stats.norm.ppf(1 - (1 - confidence) / 2) + stats.norm.ppf(POWER))
 
 
 def constant_answers(result: SuiteResult, slice_name: str | None = None) -> bool:
