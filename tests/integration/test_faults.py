@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from quantised import QUANTISED, QUANTISED_RECIPE
 
 from workbench.mechanisms.paths import cache_root
 
@@ -27,7 +28,7 @@ ENGINE = "vllm.entrypoints.openai.api_server"
 CONFIG = """
 model: {{name: {name}, path: {model}}}
 candidates:
-  int4: {{recipe: w4a16, group_size: 64}}
+  {cand}: {recipe}
   aa: {{recipe: none}}
 calibration:
   files: [{repo}/calibration_data/shakespeare_milton.jsonl]
@@ -52,7 +53,8 @@ GATES = "quality:\n  - {suite: arithmetic, max_drop: 0.5}\n"
 
 def project(tmp_path: Path, model: Path, name: str = "tiny-faults", prompts: int = 6) -> Path:
     cfg = tmp_path / "faults.yaml"
-    cfg.write_text(CONFIG.format(name=name, model=model, repo=REPO, prompts=prompts))
+    cfg.write_text(CONFIG.format(name=name, model=model, repo=REPO, prompts=prompts,
+                                 cand=QUANTISED, recipe=QUANTISED_RECIPE))
     (tmp_path / "gates.yaml").write_text(GATES)
     return cfg
 
@@ -202,7 +204,7 @@ def test_sigkill_during_quantisation_then_corrupted_caches_then_two_runs_at_once
        both runs rebuild and store side by side in their own staging folders, their run
        folders do not collide, and both reach the first run's decision."""
     cfg = project(tmp_path, tiny_model, name="tiny-story")
-    proc = start(cfg, "int4", tmp_path)
+    proc = start(cfg, QUANTISED, tmp_path)
     wait_for(lambda: pids("workbench/subprocesses/quantize_worker.py"), proc, what="the quantiser")
     wait_for(lambda: list((cache_root() / "artifacts").glob("*.partial-*")), proc,
              what="the staging folder")
@@ -216,11 +218,11 @@ def test_sigkill_during_quantisation_then_corrupted_caches_then_two_runs_at_once
     assert list((cache_root() / "artifacts").glob("*.partial-*"))  # left by the killed run
     assert mlflow_status(tmp_path / "mlflow.db") == ["RUNNING"]
 
-    code, out, err = finish(start(cfg, "int4", tmp_path))
+    code, out, err = finish(start(cfg, QUANTISED, tmp_path))
     assert code in (0, 1), out + err
     assert not list((cache_root() / "artifacts").glob("*.partial-*"))  # swept
     assert sorted(mlflow_status(tmp_path / "mlflow.db")) == ["FINISHED", "KILLED"]
-    record = json.loads(next((tmp_path / "runs").glob("*-int4/decision.json")).read_text())
+    record = json.loads(next((tmp_path / "runs").glob(f"*-{QUANTISED}/decision.json")).read_text())
     decision = record["decision"]
 
     # cut the cached artifact and the cached baseline measurement, then start two runs of
@@ -233,15 +235,15 @@ def test_sigkill_during_quantisation_then_corrupted_caches_then_two_runs_at_once
         cached = next((cache_root() / "results").glob(entry))
         measurement = next(cached.rglob("measurement.json"))
         measurement.write_text(measurement.read_text()[:500])
-    both = [start(cfg, "int4", tmp_path), start(cfg, "int4", tmp_path)]
+    both = [start(cfg, QUANTISED, tmp_path), start(cfg, QUANTISED, tmp_path)]
     results = [finish(p) for p in both]
     assert [r[0] for r in results] == [code, code], results
     said = "".join(r[1] for r in results)
     assert "cached artifact dropped" in said and "cached baseline results dropped" in said
     assert "cached measurement dropped" in said
-    assert all("quantise int4: built in" in r[1] or "reused cached artifact" in r[1]
+    assert all(f"quantise {QUANTISED}: built in" in r[1] or "reused cached artifact" in r[1]
                for r in results)
-    folders = sorted((tmp_path / "runs").glob("*-int4*"))
+    folders = sorted((tmp_path / "runs").glob(f"*-{QUANTISED}*"))
     assert len(folders) == 4 and all((f / "decision.json").is_file() for f in folders[1:])
     assert {json.loads((f / "decision.json").read_text())["decision"]
             for f in folders[1:]} == {decision}

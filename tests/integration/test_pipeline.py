@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from quantised import QUANTISED, QUANTISED_RECIPE
 
 pytestmark = pytest.mark.integration
 
@@ -20,7 +21,7 @@ REPO = Path(__file__).resolve().parents[2]
 CONFIG = """
 model: {{name: tiny-llama, path: {model}}}
 candidates:
-  int4: {{recipe: w4a16, group_size: 64}}
+  {cand}: {recipe}
 calibration:
   files: [{repo}/calibration_data/shakespeare_milton.jsonl]
   num_samples: 16
@@ -63,7 +64,8 @@ latency:
 @pytest.fixture()
 def tiny_config(tiny_model: Path, tmp_path: Path) -> Path:
     path = tmp_path / "tiny.yaml"
-    path.write_text(CONFIG.format(model=tiny_model, repo=REPO))
+    path.write_text(CONFIG.format(model=tiny_model, repo=REPO, cand=QUANTISED,
+                                  recipe=QUANTISED_RECIPE))
     (tmp_path / "gates.yaml").write_text(GATES)
     return path
 
@@ -86,7 +88,7 @@ def check_mlflow_layout(tmp_path: Path, parent, record: dict) -> None:
                 if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
     assert sorted(c.info.run_name for c in children) == ["baseline", "candidate"]
     # the runs table tells runs apart: candidate, decision and why; decision.md as its page
-    assert parent.info.run_name.startswith(f"int4 · {record['decision']} · ")
+    assert parent.info.run_name.startswith(f"{QUANTISED} · {record['decision']} · ")
     assert parent.data.tags["mlflow.note.content"].startswith("# Decision: ")
     assert parent.data.metrics["gates.fail"] == sum(g["status"] == "fail"
                                                     for g in record["gates"])
@@ -99,19 +101,19 @@ def check_mlflow_layout(tmp_path: Path, parent, record: dict) -> None:
     assert "arithmetic" in {i.dataset.name for i in inputs}
     reg = record["mlflow"]["registry"]
     version = client.get_model_version_by_alias(reg["registered_model"], reg["alias"])
-    assert version.tags["decision"] == record["decision"] and version.tags["candidate"] == "int4"
+    assert version.tags["decision"] == record["decision"] and version.tags["candidate"] == QUANTISED
     assert reg["alias"] == ("champion" if record["decision"] == "promote" else "challenger")
 
 
 def test_quantise_serve_evaluate_gate_record(tiny_config: Path, tmp_path: Path, workbench,
                                              engine_pids) -> None:
-    first = workbench("evaluate", "--candidate", "int4", "--config", str(tiny_config),
+    first = workbench("evaluate", "--candidate", QUANTISED, "--config", str(tiny_config),
                       "--runs-dir", "runs",
                       cwd=tmp_path)
     assert first.returncode in (0, 1), first.stdout + first.stderr
-    assert "quantise int4: built in" in first.stdout  # a real llm-compressor run
+    assert f"quantise {QUANTISED}: built in" in first.stdout  # a real llm-compressor run
     assert "baseline: measuring" in first.stdout
-    record_file = next((tmp_path / "runs").glob("*-int4/decision.json"))
+    record_file = next((tmp_path / "runs").glob(f"*-{QUANTISED}/decision.json"))
     record = json.loads(record_file.read_text())
     assert record["decision"] in ("promote", "reject", "inconclusive")
     from workbench.record.schema import validate_record
@@ -184,14 +186,14 @@ def test_quantise_serve_evaluate_gate_record(tiny_config: Path, tmp_path: Path, 
 
     # second run, nothing changed: the artifact and the pair measured together come from
     # the caches; no engine starts, and the record is the same record
-    second = workbench("evaluate", "--candidate", "int4", "--config", str(tiny_config),
+    second = workbench("evaluate", "--candidate", QUANTISED, "--config", str(tiny_config),
                        "--runs-dir", "runs2",
                        cwd=tmp_path)
     assert second.returncode == first.returncode, second.stdout + second.stderr
     assert "reused cached artifact" in second.stdout
-    assert "baseline and int4: reused the pair measured together" in second.stdout
+    assert f"baseline and {QUANTISED}: reused the pair measured together" in second.stdout
     assert "engine healthy" not in second.stdout
-    again = json.loads(next((tmp_path / "runs2").glob("*-int4/decision.json")).read_text())
+    again = json.loads(next((tmp_path / "runs2").glob(f"*-{QUANTISED}/decision.json")).read_text())
     assert again["reused"] == {"quantized_artifact": True, "baseline_results": True,
                                "measurement_pair": True}
     for section in ("suites", "gates", "load", "headroom", "fidelity", "decision"):
@@ -363,7 +365,7 @@ def test_engine_killed_mid_run_exits_3_and_marks_run_failed(tiny_config: Path, t
     # the engine is really serving when it is killed.
     cfg = tiny_config.read_text().replace("num_prompts: 8", "num_prompts: 9")
     tiny_config.write_text(cfg)
-    cmd = [sys.executable, "-m", "workbench.cli", "evaluate", "--candidate", "int4",
+    cmd = [sys.executable, "-m", "workbench.cli", "evaluate", "--candidate", QUANTISED,
            "--config", str(tiny_config), "--runs-dir", "runs"]
     proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
@@ -383,7 +385,7 @@ def test_engine_killed_mid_run_exits_3_and_marks_run_failed(tiny_config: Path, t
             proc.kill()
     assert proc.returncode == 3, out + err
     assert "engine died" in err or "lost the engine" in err
-    run_dir = next((tmp_path / "runs").glob("*-int4"))
+    run_dir = next((tmp_path / "runs").glob(f"*-{QUANTISED}"))
     assert (run_dir / "quantize.json").is_file()            # earlier stages are kept
     assert (run_dir / "baseline" / "server.log").is_file()
     assert not (run_dir / "decision.json").exists()

@@ -16,6 +16,7 @@ import pytest
 
 from workbench.config.run_config import EngineConfig
 from workbench.mechanisms.paths import cache_root
+from workbench.quantize.formats import format_of_checkpoint, unsupported_reason
 from workbench.serve.engine import EngineServer, parse_cache_info
 
 pytestmark = pytest.mark.integration
@@ -72,18 +73,30 @@ def generate(model_dir: Path, serve_args: list[str], log: Path) -> tuple[str, di
         return reply.json()["choices"][0]["text"], parse_cache_info(server.metrics())
 
 
-def served_formats(built: dict, model: Path, tmp_path: Path) -> dict[str, tuple[str, dict]]:
-    """Each built format, and the baseline with an FP8 KV cache of the engine's own, served
-    and asked to generate: three engines at a time (each serves one request; starting is
-    what takes the time, and three fit this machine's memory)."""
+def served_formats(jobs: dict[str, tuple[Path, list[str]]], tmp_path: Path
+                   ) -> dict[str, tuple[str, dict]]:
+    """Each format this CPU's engine serves, asked to generate: three engines at a time
+    (each serves one request; starting is what takes the time, and three fit this machine's
+    memory)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    jobs = {name: (Path(q["path"]), q["serve_args"]) for name, q in built.items()}
-    jobs["kv-fp8-dynamic"] = (model, ["--kv-cache-dtype", "fp8"])
     with ThreadPoolExecutor(max_workers=3) as pool:
         futures = {name: pool.submit(generate, path, args, tmp_path / f"{name}.log")
                    for name, (path, args) in jobs.items()}
         return {name: f.result() for name, f in futures.items()}
+
+
+def servable_here(built: dict, model: Path) -> dict[str, tuple[Path, list[str]]]:
+    """The built formats this CPU serves, and the baseline with an FP8 KV cache of the
+    engine's own where it serves one (an AVX2 CPU serves neither int4 nor an FP8 KV cache:
+    docs/candidates.md)."""
+    jobs = {name: (Path(q["path"]), q["serve_args"]) for name, q in built.items()
+            if unsupported_reason(format_of_checkpoint(Path(q["path"]), q["serve_args"]),
+                                  "cpu") is None}
+    engine_kv = ["--kv-cache-dtype", "fp8"]
+    if unsupported_reason(format_of_checkpoint(model, engine_kv), "cpu") is None:
+        jobs["kv-fp8-dynamic"] = (model, engine_kv)
+    return jobs
 
 
 def test_every_format_quantises_loads_and_generates(tiny_model: Path, tmp_path: Path,
@@ -96,7 +109,11 @@ def test_every_format_quantises_loads_and_generates(tiny_model: Path, tmp_path: 
     built = {q["candidate"]: q for q in summary}
     assert set(built) == set(FORMATS) and all(q["source"] == "built" for q in summary)
 
-    served = served_formats(built, tiny_model, tmp_path)
+    jobs = servable_here(built, tiny_model)
+    served = served_formats(jobs, tmp_path)
+    refused_here = sorted(set(FORMATS) - set(jobs))
+    if refused_here:  # built, and named as unsupported here before any engine starts
+        check_refused_before_any_work(refused_here, config, tmp_path, workbench, first.stdout)
     kv_tokens = {}
     for name, (label, kv_dtype) in FORMATS.items():
         m = built[name]["manifest"]
@@ -110,16 +127,20 @@ def test_every_format_quantises_loads_and_generates(tiny_model: Path, tmp_path: 
         fid = m["fidelity"]
         assert fid["heldout_samples"] == 4 and fid["tokens"] > 0
         assert fid["baseline_perplexity"] > 0 and fid["candidate_perplexity"] > 0
-        text, cache = served[name]
-        assert text.strip(), f"{name}: the engine generated nothing"
-        assert cache["cache_dtype"] == kv_dtype, f"{name}: KV cache {cache}"
-        kv_tokens[name] = int(cache["kv_cache_size_tokens"])
+        if name in served:
+            text, cache = served[name]
+            assert text.strip(), f"{name}: the engine generated nothing"
+            assert cache["cache_dtype"] == kv_dtype, f"{name}: KV cache {cache}"
+            kv_tokens[name] = int(cache["kv_cache_size_tokens"])
     # same KV memory budget: an FP8 cache holds twice the tokens of a 16-bit one, with
     # calibrated scales or with the engine's own (the baseline's weights, --kv-cache-dtype)
-    text, dynamic = served["kv-fp8-dynamic"]
-    assert text.strip() and dynamic["cache_dtype"] == "fp8"
-    assert kv_tokens["kv-fp8"] == kv_tokens["fp8+kv-fp8"] == \
-        int(dynamic["kv_cache_size_tokens"]) == 2 * kv_tokens["int4"]
+    sixteen_bit = {kv_tokens[n] for n in ("int4", "int8", "fp8") if n in kv_tokens}
+    assert len(sixteen_bit) == 1
+    if "kv-fp8-dynamic" in served:
+        text, dynamic = served["kv-fp8-dynamic"]
+        assert text.strip() and dynamic["cache_dtype"] == "fp8"
+        assert kv_tokens["kv-fp8"] == kv_tokens["fp8+kv-fp8"] == \
+            int(dynamic["kv_cache_size_tokens"]) == 2 * sixteen_bit.pop()
 
     # weight-quantised layers say so; the KV recipe leaves the weights alone
     int4_layers = built["int4"]["manifest"]["scheme_summary"]["layers"]
@@ -136,6 +157,20 @@ def test_every_format_quantises_loads_and_generates(tiny_model: Path, tmp_path: 
     assert all(q["source"] == "cache" for q in again)
     assert {q["path"] for q in again} == {q["path"] for q in summary}
     assert second.stdout.count("reused cached artifact") == len(FORMATS)
+
+
+def check_refused_before_any_work(names: list[str], config: Path, tmp_path: Path, workbench,
+                                  quantize_out: str) -> None:
+    """A format this CPU's engine cannot serve is marked so by `quantize`, and `evaluate`
+    refuses it in one line, exit 2, before any run folder or engine."""
+    assert quantize_out.count("unsupported") >= len(names), quantize_out
+    for name in names:
+        refused = workbench("evaluate", "--candidate", name, "--config", str(config),
+                            "--runs-dir", "refused", cwd=tmp_path)
+        assert refused.returncode == 2, refused.stdout + refused.stderr
+        assert f"candidates.{name}: unsupported on cpu" in refused.stderr
+        assert "AVX-512" in refused.stderr
+    assert not (tmp_path / "refused").exists()
 
 
 def _default_sigint() -> None:

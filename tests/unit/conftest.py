@@ -7,6 +7,7 @@ shapes in its config.json and no weights, which is all the up-front checks read.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -33,3 +34,19 @@ def isolated_cache(tmp_path_factory: pytest.TempPathFactory,
     stand_in.mkdir(parents=True)
     (stand_in / "config.json").write_text(json.dumps(SMOLLM2_SHAPES))
     return scratch
+
+
+@pytest.fixture(autouse=True)
+def avx512_host(tmp_path_factory: pytest.TempPathFactory,
+                monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Unit tests see the same CPU on every machine: an x86 with AVX-512, where vLLM-CPU
+    serves every format the checks know (tests/unit/test_formats.py covers an AVX2 one)."""
+    from workbench.mechanisms import host
+
+    cpuinfo = tmp_path_factory.mktemp("host") / "cpuinfo"
+    cpuinfo.write_text("model name\t: unit-test CPU\n"
+                       "flags\t\t: avx2 avx512f avx512dq avx512bw avx512vl\n")
+    monkeypatch.setattr(host, "CPUINFO", cpuinfo)
+    host.cpu_vector_isa.cache_clear()
+    yield
+    host.cpu_vector_isa.cache_clear()

