@@ -29,6 +29,9 @@ def test_identical_answers_give_a_point_interval_and_p_one() -> None:
     (-0.02, 0.01, "pass"),        # whole interval above -margin
     (-0.20, -0.08, "fail"),       # whole interval below -margin
     (-0.09, 0.00, "inconclusive"),  # straddles -margin
+    # an end on the margin itself (6 of 120 items) has not cleared it: a tie, either way
+    (-6 / 120, 0.01, "inconclusive"),
+    (-0.20, -6 / 120, "inconclusive"),
 ])
 def test_non_inferiority(low: float, high: float, expected: str) -> None:
     d = paired_delta([1.0], [1.0], 0.95, 1000, 0)

@@ -71,7 +71,7 @@ def test_old_records_infer_which_suites_generated() -> None:
 
 
 def test_a_baseline_that_answers_everything_alike_cannot_pass_silently() -> None:
-    same_pick = suite_result([1.0] * 30 + [0.0] * 30)
+    same_pick = suite_result([1.0] * 60 + [0.0] * 60)
     same_pick = dataclasses.replace(same_pick, items=[
         dataclasses.replace(i, response="yes") for i in same_pick.items])
     assert constant_answers(same_pick)
@@ -82,7 +82,7 @@ def test_a_baseline_that_answers_everything_alike_cannot_pass_silently() -> None
     assert outcome.evidence["constant_baseline"]
     # a candidate that does change answers gives the suite something to see
     changed = dataclasses.replace(same_pick, items=[
-        dataclasses.replace(i, score=1.0 - i.score) if k in (0, 59) else i
+        dataclasses.replace(i, score=1.0 - i.score) if k in (0, 119) else i
         for k, i in enumerate(same_pick.items)])  # one lost, one gained
     [outcome] = evaluate_gates(policy, Evidence({"q": same_pick}, {"q": changed}, None, None,
                                                 "cpu"), 0)

@@ -19,7 +19,14 @@ import numpy as np
 
 from workbench.config.gate_policy import SLOGate
 from workbench.gate.evidence import Evidence, GateId, GateOutcome
-from workbench.gate.paired import Comparisons, Status, bootstrap_means, item_value
+from workbench.gate.paired import (
+    Comparisons,
+    Status,
+    bootstrap_means,
+    clears_above,
+    clears_below,
+    item_value,
+)
 from workbench.loadtest.results import LevelResult, LoadResult
 from workbench.suites.results import SuiteResult
 
@@ -103,9 +110,11 @@ def judge_rate(values: list[float], bound: float, side: str, confidence: float, 
                  else bootstrap_means(arr, confidence, 5000, seed)[:2])
     rate = float(arr.mean())
     if side == "min":
-        status: Status = "pass" if low >= bound else "fail" if high < bound else "inconclusive"
+        status: Status = ("pass" if clears_above(low, bound) else
+                          "fail" if clears_below(high, bound) else "inconclusive")
     else:
-        status = "pass" if high <= bound else "fail" if low > bound else "inconclusive"
+        status = ("pass" if clears_below(high, bound) else
+                  "fail" if clears_above(low, bound) else "inconclusive")
     more = _items_to_decide(rate, n, bound, confidence) if status == "inconclusive" else None
     return RateJudgement(n, rate, low, high, status, _p_meets(arr, binary, bound, side), more)
 

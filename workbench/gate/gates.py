@@ -31,6 +31,8 @@ from workbench.gate.paired import (
     Comparisons,
     PairedDelta,
     Status,
+    clears_above,
+    clears_below,
     count_flips,
     evidence_strength,
     holm_adjust,
@@ -44,9 +46,9 @@ __all__ = ["bound_false_rejects", "decide", "evaluate_gates",
 
 
 def non_inferiority(delta: PairedDelta, margin: float) -> Status:
-    if delta.ci_low >= -margin:
+    if clears_above(delta.ci_low, -margin):
         return "pass"
-    if delta.ci_high < -margin:
+    if clears_below(delta.ci_high, -margin):
         return "fail"
     return "inconclusive"
 
