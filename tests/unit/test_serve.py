@@ -84,6 +84,43 @@ def test_engine_that_exits_while_starting_is_an_infra_error_with_its_log(tmp_pat
     assert not alive(int(pid_file.read_text()))
 
 
+def test_an_engine_whose_port_was_taken_starts_again_on_another(tmp_path, monkeypatch):
+    """Another process bound the chosen port before the engine did (two runs at once):
+    the engine fails with "Address already in use" and starts again on a fresh port."""
+    import socket
+
+    from workbench.mechanisms import processes
+
+    script = tmp_path / "stand_in.py"
+    script.write_text(STAND_IN)
+    monkeypatch.setattr("workbench.serve.engine.engine_command", lambda _m, _n, port, *_: [
+        sys.executable, str(script), str(port), "0.2", "ok", str(tmp_path / f"{port}.pid")])
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        taken = squatter.getsockname()[1]
+        ports = iter([taken])
+        monkeypatch.setattr("workbench.serve.engine.free_port",
+                            lambda: next(ports, None) or processes.free_port())
+        srv = EngineServer(tmp_path, "m", EngineConfig(startup_timeout_s=30),
+                           tmp_path / "server.log", device="cpu")
+        assert srv.port == taken
+        with srv:
+            assert srv.port != taken and srv.info.version == "stand-in"
+            assert str(srv.port) in srv.info.command and str(taken) not in srv.info.command
+            # what the failed start forked is stopped before the next start
+            assert not alive(int((tmp_path / f"{taken}.pid").read_text()))
+            child = int((tmp_path / f"{srv.port}.pid").read_text())
+        assert not alive(child)
+
+
+def test_a_port_is_chosen_below_the_kernels_ephemeral_range() -> None:
+    from workbench.mechanisms.processes import _ephemeral_range, free_port
+
+    low, _ = _ephemeral_range()
+    assert all(10000 <= free_port() < max(low, 11000) for _ in range(20))
+
+
 def test_health_timeout_stops_the_engine(tmp_path):
     srv, pid_file = stand_in(tmp_path, delay=60, timeout=2)
     with pytest.raises(InfraError, match="not healthy after 2s"):

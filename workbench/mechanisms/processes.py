@@ -8,6 +8,7 @@ running; SIGTERM unwinds like Ctrl-C so every context manager stops what it star
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -20,10 +21,41 @@ __all__ = ["HELD_SIGNALS", "Terminated", "free_port", "install_sigterm_as_interr
            "popen_holding_signals", "signal_group", "spawn", "stop_group"]
 
 
+_LOWEST_PORT = 10000
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    """The ports the kernel hands out for bind(('', 0)) and outgoing connections."""
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
+
+
 def free_port() -> int:
-    with socket.socket() as s:
+    """A loopback port that is free now, for a server a child will bind seconds later.
+
+    Chosen at random below the kernel's ephemeral range: a port the kernel picked for us
+    (bind to port 0) is released before the child binds it, and the kernel hands the same
+    range to every other bind(0) on the machine (vLLM picks its internal ZMQ and
+    torch.distributed ports that way), so two runs at once took each other's API port
+    ("Address already in use", measured: a sweep beside the integration tests). Outside
+    that range only another random pick can collide; the engine retries on a new port
+    then (serve/engine.py)."""
+    low, _ = _ephemeral_range()
+    rng = random.SystemRandom()
+    for _ in range(64):
+        port = rng.randrange(_LOWEST_PORT, max(low, _LOWEST_PORT + 1000))
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as s:  # a crowded range: let the kernel choose
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        return int(s.getsockname()[1])
 
 
 

@@ -94,6 +94,9 @@ def engine_command(
     return cmd + list(engine.extra_args) + list(extra)
 
 
+PORT_ATTEMPTS = 3  # engine starts on a fresh port after its port was taken (free_port)
+
+
 class EngineServer:
     """Context manager: start vLLM for one model, wait for health, stop it cleanly."""
 
@@ -102,13 +105,10 @@ class EngineServer:
         extra_args: list[str] | None = None, device: str | None = None,
     ) -> None:
         self.device = device or detect_device()
-        self.port = free_port()
-        self.base_url = f"http://127.0.0.1:{self.port}"
         self.engine = engine
         self.log_file = log_file
-        self.command = engine_command(
-            model_dir, served_name, self.port, engine, extra_args or [], self.device
-        )
+        self._serve_as = (model_dir, served_name, list(extra_args or []))
+        self._on_new_port()
         self.info = ServerInfo(
             model_path=str(model_dir), served_name=served_name, device=self.device,
             command=self.command, cold_start_s=0.0, log_file=str(log_file),
@@ -118,6 +118,15 @@ class EngineServer:
         self.process: subprocess.Popen[bytes] | None = None
         self.headers: dict[str, str] = {}  # a local engine asks for no key
         self.api_key: str | None = None
+
+    def _on_new_port(self) -> None:
+        model_dir, served_name, extra = self._serve_as
+        self.port = free_port()
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        self.command = engine_command(model_dir, served_name, self.port, self.engine, extra,
+                                      self.device)
+        if hasattr(self, "info"):
+            self.info.command = self.command
 
     def _env(self) -> dict[str, str]:
         env = offline_env()
@@ -135,8 +144,16 @@ class EngineServer:
             )
         self.log_file.parent.mkdir(parents=True, exist_ok=True)
         started = time.perf_counter()
-        self.process = spawn(self.command, self.log_file, self._env())
-        self._wait_healthy(started)
+        for attempt in range(1, PORT_ATTEMPTS + 1):
+            self.process = spawn(self.command, self.log_file, self._env())
+            try:
+                self._wait_healthy(started)
+                break
+            except InfraError:
+                if attempt == PORT_ATTEMPTS or not self._lost_its_port():
+                    raise
+                stop_group(self.process, 0)  # whatever it forked before it failed
+                self._on_new_port()  # taken between free_port() and the engine's bind
         self.info.cold_start_s = round(time.perf_counter() - started, 2)
         self._first_token()
         self.info.first_token_s = round(time.perf_counter() - started, 2)
@@ -163,6 +180,11 @@ class EngineServer:
             f"engine not healthy after {self.engine.startup_timeout_s:.0f}s "
             f"(engine.startup_timeout_s; log: {self.log_file})"
         )
+
+    def _lost_its_port(self) -> bool:
+        """The engine exited at start because another process bound its API port first."""
+        return (self.process is not None and self.process.poll() is not None
+                and "Address already in use" in self.log_file.read_text(errors="replace"))
 
     def _first_token(self) -> None:
         """One one-token completion: healthy is not yet serving (the first request may
