@@ -8,6 +8,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from workbench.gate.evidence import GateOutcome
+from workbench.gate.looks import one_look
 from workbench.loadtest.headroom import Headroom
 from workbench.loadtest.results import LevelResult, LoadResult
 from workbench.record.decision import DecisionRecord
@@ -54,7 +55,7 @@ def record(decision: str) -> DecisionRecord:
                 "multiple_comparisons": "bonferroni", "gates_judged": 1, "paired_tests": 1,
                 "alpha_one_sided": 0.025, "family_false_fail_bound": 0.025, "tests": 1,
                 "baseline_misses": [], "baseline_unproven": [], "coverage": {},
-                "informational": []},
+                "informational": [], "looks": one_look(0.95, 1, "quick")},
         reused={"baseline_results": True, "quantized_artifact": False},
     )
 

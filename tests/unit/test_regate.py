@@ -115,12 +115,13 @@ def test_a_version_4_record_is_still_judged_and_comes_back_in_the_current_shape(
         del old[v6]
     for v6 in ("tests", "baseline_misses", "baseline_unproven", "coverage", "informational"):
         del old["policy"][v6]
+    del old["policy"]["looks"]  # v7
     (run / "decision.json").write_text(json.dumps(old))
     out = tmp_path / "regated"
     result = CliRunner().invoke(main, ["gate", str(run), "--out", str(out)])
     assert result.exit_code in (0, 1), result.output
     rec = json.loads((out / "decision.json").read_text())
-    assert rec["schema_version"] == 6 and rec["migrated_from"] == [4, 5]
+    assert rec["schema_version"] == 7 and rec["migrated_from"] == [4, 5, 6]
     ids = {g["gate"]: g["id"] for g in rec["gates"]}
     assert ids["quality:q[hard]"] == {"section": "quality", "subject": "q", "metric": None,
                                       "slice": "hard", "check": None, "level": None}
@@ -148,7 +149,8 @@ def test_a_record_the_previous_release_wrote_is_judged_again(tmp_path: Path) -> 
                                        str(out)])
     assert result.exit_code == 1, result.output
     rec = json.loads((out / "decision.json").read_text())
-    assert rec["schema_version"] == 6 and rec["migrated_from"] == [4, 5]
+    assert rec["schema_version"] == 7 and rec["migrated_from"] == [4, 5, 6]
+    assert rec["policy"]["looks"]["planned"] == 1  # every run before v7 looked once
     gates = {g["gate"]: g for g in rec["gates"]}
     # the int4 candidate lost arithmetic then (0.325 -> 0.092) and still does
     assert gates["quality:arithmetic"]["status"] == "fail"
@@ -160,3 +162,44 @@ def test_a_record_the_previous_release_wrote_is_judged_again(tmp_path: Path) -> 
     assert "recorded before comparability checks existed" in gates["comparability"]["detail"]
     assert rec["policy"]["coverage"]["long-context"] == "the policy's quality default"
     assert "Judged again from a record of schema 4" in (out / "decision.md").read_text()
+
+
+def test_a_record_of_the_previous_schema_is_judged_again_and_says_it_looked_once(
+        tmp_path: Path) -> None:
+    """The previous release wrote schema 6 (no looks): checked against v6's schema,
+    migrated, judged at the policy's level whole, and said so."""
+    run, base, cand, _ = _run_folder(tmp_path)
+    old = json.loads((run / "decision.json").read_text())
+    old["schema_version"] = 6
+    del old["policy"]["looks"]
+    (run / "decision.json").write_text(json.dumps(old))
+    out = tmp_path / "regated"
+    result = CliRunner().invoke(main, ["gate", str(run), "--out", str(out)])
+    assert result.exit_code in (0, 1), result.output
+    rec = json.loads((out / "decision.json").read_text())
+    assert rec["schema_version"] == 7 and rec["migrated_from"] == [6]
+    assert rec["policy"]["looks"]["planned"] == 1 and rec["policy"]["confidence"] == 0.95
+    assert "Judged again from a record of schema 6" in (out / "decision.md").read_text()
+
+
+def test_a_run_that_planned_two_looks_is_judged_again_at_half_of_alpha(tmp_path: Path) -> None:
+    """Its items were gathered under two looks: `gate` judges each at the per-look level,
+    whatever policy judges it now, and its intervals are the 97.5% ones."""
+    run, base, cand, _ = _run_folder(tmp_path)
+    stored = json.loads((run / "decision.json").read_text())
+    stored["policy"]["looks"] = {
+        "planned": 2, "taken": 2, "policy_confidence": 0.95, "confidence_per_look": 0.975,
+        "profiles": ["smoke", "full"],
+        "first_look": {"profile": "smoke", "decision": "inconclusive",
+                       "open_gates": ["quality:q"], "folder": "look-1"}}
+    (run / "decision.json").write_text(json.dumps(stored))
+    out = tmp_path / "regated"
+    result = CliRunner().invoke(main, ["gate", str(run), "--out", str(out)])
+    assert result.exit_code in (0, 1), result.output
+    rec = json.loads((out / "decision.json").read_text())
+    assert rec["policy"]["confidence"] == 0.975
+    assert rec["policy"]["looks"]["taken"] == 2
+    low, high = _interval(base, cand, 0.975)
+    overall = rec["suites"]["q"]["comparison"]["(all)"]
+    assert (overall["ci_low"], overall["ci_high"]) == pytest.approx((low, high), abs=1e-3)
+    assert "Two looks: the smoke sample was inconclusive" in (out / "decision.md").read_text()

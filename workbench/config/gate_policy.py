@@ -13,7 +13,7 @@ from workbench.mechanisms.yaml_io import StrictModel, format_validation_error, r
 
 __all__ = ["LATENCY_METRICS", "MEMORY_METRICS", "SECTIONS", "FidelityGate", "GatePolicy",
            "HealthGate", "LatencyGate", "MemoryGate", "QualityGate", "SLOGate", "SuiteDefault",
-           "Ungated", "load_gate_policy"]
+           "Ungated", "load_gate_policy", "split_confidence"]
 
 # Metrics a latency gate may name: (LevelResult field, statistic) pairs, plus throughput.
 LATENCY_METRICS = {
@@ -32,6 +32,11 @@ LATENCY_METRICS = {
 # Headroom figures a memory gate may name (headroom.Headroom fields).
 MEMORY_METRICS = ("kv_cache_tokens", "max_concurrent_sequences", "weights_bytes",
                   "peak_engine_rss_bytes", "peak_gpu_memory_bytes")
+
+
+def split_confidence(confidence: float, looks: int) -> float:
+    """The level each of `looks` looks is judged at: the policy's alpha shared evenly."""
+    return round(1 - (1 - confidence) / max(1, looks), 6)
 
 
 class QualityGate(StrictModel):
@@ -210,6 +215,12 @@ class GatePolicy(StrictModel):
         "below alpha, so an acceptable candidate is rejected with chance at most alpha in "
         "all; a pass needs no adjustment (every gate must pass: docs/gates.md). none: each "
         "test at alpha on its own")
+    second_look: bool = Field(
+        default=False, description="A candidate the profile's sample leaves inconclusive, "
+        "with no gate failed and an open gate that more items could decide, is measured "
+        "again on every item (profile full) and judged on them. Both looks are then judged "
+        "at half the policy's alpha each (Bonferroni over two looks), so promoting a "
+        "candidate worse than a margin stays at most alpha (docs/gates.md, 'Two looks')")
     defaults: SuiteDefaults = Field(default_factory=SuiteDefaults, description="The gate of "
                                     "every quality, safety or structured suite no gate names")
     ungated: list[Ungated] = Field(default_factory=list, description="Suites measured but "
@@ -271,6 +282,13 @@ class GatePolicy(StrictModel):
                 out[suite] = f"not gated: no {kind} gate names it"
         return out
 
+    def for_look(self, looks: int) -> GatePolicy:
+        """This policy as each of `looks` looks at the data judges: alpha split evenly
+        between them (Bonferroni), so the confidence of every interval rises."""
+        if looks <= 1:
+            return self
+        return self.model_copy(update={"confidence": split_confidence(self.confidence,
+                                                                      looks)})
 
     def judges_something(self) -> bool:
         defaults = any(getattr(self.defaults, k) is not None for k in SECTIONS)

@@ -18,6 +18,7 @@ from workbench.config.gate_policy import GatePolicy
 from workbench.gate.comparability import ComparabilitySection
 from workbench.gate.evidence import Evidence, GateOutcome
 from workbench.gate.gates import decide, evaluate_gates, measured_kinds
+from workbench.gate.looks import Looks, one_look
 from workbench.gate.paired import ALL, Comparisons, SliceComparison
 from workbench.measure.measurement import Measurement
 from workbench.suites.definition import Suite
@@ -45,6 +46,7 @@ class PolicySection(TypedDict):
     baseline_unproven: list[str]
     coverage: dict[str, str]  # each measured suite: the gate that judges it, or why none
     informational: list[str]  # gates shown but not counted in the decision
+    looks: Looks  # how many times the run looked at its items, at which level each
 
 
 class Flips(TypedDict):
@@ -112,12 +114,17 @@ def evidence(base: Measurement | None, cand: Measurement | None, fidelity: dict,
 
 def judge(policy: GatePolicy, policy_path: Path, base: Measurement | None,
           cand: Measurement | None, fidelity: dict, device: str, run_dir: Path,
-          seed: int) -> GateReport:
+          seed: int, looks: Looks | None = None) -> GateReport:
+    """The policy's verdict on the evidence. looks: how this run looks at its items (one
+    look at the policy's level unless given); each look is judged at its share of alpha."""
+    looks = looks or one_look(policy.confidence, 1, "")
+    per_look = policy.for_look(looks["planned"])
     ev = evidence(base, cand, fidelity, device, run_dir)
-    compared = Comparisons(policy.confidence, policy.bootstrap_resamples, seed)
-    outcomes = evaluate_gates(policy, ev, seed, compared)
-    return GateReport(outcomes, decide(outcomes, policy.inconclusive_blocks),
-                      policy_summary(policy, policy_path, outcomes, measured_kinds(ev)),
+    compared = Comparisons(per_look.confidence, per_look.bootstrap_resamples, seed)
+    outcomes = evaluate_gates(per_look, ev, seed, compared)
+    return GateReport(outcomes, decide(outcomes, per_look.inconclusive_blocks),
+                      policy_summary(per_look, policy_path, outcomes, measured_kinds(ev),
+                                     looks),
                       compare_suites(ev, compared))
 
 
@@ -150,7 +157,8 @@ def token_fidelity(suites: list[Suite], run_dir: Path) -> dict[str, dict]:
 
 
 def policy_summary(policy: GatePolicy, path: Path, outcomes: list[GateOutcome],
-                   measured: dict[str, str] | None = None) -> PolicySection:
+                   measured: dict[str, str] | None = None, looks: Looks | None = None
+                   ) -> PolicySection:
     """Which policy judged the run, what running many tests means for a false reject, the
     gates the baseline itself misses, and how each measured suite was judged."""
     paired = [o for o in outcomes if "mcnemar_p" in o.evidence]
@@ -174,4 +182,5 @@ def policy_summary(policy: GatePolicy, path: Path, outcomes: list[GateOutcome],
         "baseline_unproven": [o.gate for o in counted if o.baseline_status == "inconclusive"],
         "coverage": policy.gated_by(measured or {}),
         "informational": [o.gate for o in outcomes if o.informational],
+        "looks": looks or one_look(policy.confidence, 1, ""),
     }

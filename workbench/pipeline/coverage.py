@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from workbench.config.gate_policy import GatePolicy
+from workbench.gate.looks import planned_looks
 from workbench.gate.paired import constant_answers, nothing_to_lose, tolerable_churn
 from workbench.measure.measurement import MEASUREMENT_FILE, Measurement
 from workbench.measure.pair import baseline_entry
@@ -38,6 +39,10 @@ def coverage_lines(policy: GatePolicy, suites: list[Suite], p: Plan | None = Non
     paired = policy.paired(kinds)
     margins = {g.suite: g.max_drop for _, g in paired if g.metric == "score"}
     any_metric = {g.suite: g.max_drop for _, g in paired}  # a schema_valid rate churns too
+    every = {run: len(s.sample("full", 0)) for s in suites for run, _ in s.spec.runs()}
+    growing = {run for run, n in (sizes or {}).items() if every.get(run, n) > n}
+    looks = planned_looks(policy.second_look, growing)
+    level = policy.for_look(looks).confidence
     lines = []
     for suite, how in policy.gated_by(kinds).items():
         result = baseline.suites.get(suite) if baseline else None
@@ -49,8 +54,16 @@ def coverage_lines(policy: GatePolicy, suites: list[Suite], p: Plan | None = Non
             note += (f" — the cached baseline scores {result.accuracy:.3f}, within its margin "
                      f"{margin}: the gate cannot fail (docs/gates.md)")
         if suite in any_metric and sizes and suite in sizes:
-            most = tolerable_churn(sizes[suite], any_metric[suite], policy.confidence)
+            most = tolerable_churn(sizes[suite], any_metric[suite], level)
             note += (f" · {sizes[suite]} items: passes a candidate with no loss that "
                      f"changes up to {most:.1%} of the answers (80% chance)")
+            if suite in growing and looks == 2:
+                again = tolerable_churn(every[suite], any_metric[suite], level)
+                note += f"; at a second look, {every[suite]} items: up to {again:.1%}"
         lines.append(f"  {suite}: {how}{note}")
+    if looks == 2:
+        lines.append(f"  (second look: when the sample leaves a gate open and fails none, "
+                     f"every item is measured, {sum(every.values()):,} per model instead of "
+                     f"{sum((sizes or {}).values()):,}; each look judged at confidence "
+                     f"{level:g}: docs/gates.md, 'Two looks')")
     return lines

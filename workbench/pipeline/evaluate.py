@@ -16,6 +16,14 @@ import yaml
 from rich.console import Console
 
 from workbench.config.run_config import RunConfig
+from workbench.gate.looks import (
+    FIRST_LOOK_DIR,
+    FirstLook,
+    Looks,
+    one_look,
+    planned_looks,
+    second_look_due,
+)
 from workbench.gate.verdict import judge, token_fidelity
 from workbench.measure.pair import ROLES, MeasuredPair, measure_pair
 from workbench.mechanisms.errors import InfraError
@@ -25,7 +33,7 @@ from workbench.plan.plan import Outputs, Plan, plan
 from workbench.record.build import build_record
 from workbench.record.decision import DecisionRecord
 from workbench.record.render import print_decision, write_record
-from workbench.record.store import POLICY_FILE
+from workbench.record.store import POLICY_FILE, keep_first_look
 from workbench.tracking.run_log import (
     log_run,
     mlflow_section,
@@ -78,16 +86,50 @@ def _keep_inputs(p: Plan, run_dir: Path) -> None:
 
 
 def _judge_and_record(p: Plan, pair: MeasuredPair, run_dir: Path, tracker: Tracker,
-                      started: float) -> DecisionRecord:
+                      started: float, looks: Looks) -> DecisionRecord:
     with stage("record", run_dir):
         fidelity = token_fidelity(p.suites, run_dir)
         report = judge(p.policy, p.cfg.resolve(p.cfg.gates), pair.baseline, pair.candidate,
-                       fidelity, p.device, run_dir, p.cfg.seed)
+                       fidelity, p.device, run_dir, p.cfg.seed, looks)
         rec = build_record(p, pair, report, fidelity, run_dir, mlflow_section(tracker))
         write_record(run_dir, rec)
         write_json(run_dir / "timing.json",
                    {"wall_time_s": round(time.perf_counter() - started, 2)})
     return rec
+
+
+def _first_look(p: Plan, handed_over: bool) -> Looks:
+    """The run's plan of looks, fixed before the first is judged (gate/looks.py): two when
+    the policy allows a second look and a suite has items the sample leaves out, unless
+    the pair was measured elsewhere (a Ray task hands over one look)."""
+    planned = planned_looks(p.policy.second_look and not handed_over, p.growing_runs())
+    return one_look(p.policy.confidence, planned, p.cfg.profile)
+
+
+def _second_look(p: Plan, first: DecisionRecord, run_dir: Path, console: Console,
+                 remeasure: bool) -> tuple[Plan, MeasuredPair, Looks] | None:
+    """Every item measured, when the first look left gates open that more items could
+    decide and failed none (gate/looks.py); the first look's measurements and record are
+    kept in look-1/. None when no second look is due."""
+    looks = first.policy["looks"]
+    open_gates = second_look_due(looks, first.decision, first.gates, p.growing_runs())
+    if not open_gates:
+        return None
+    console.print(f"[bold]second look[/]: the {p.cfg.profile} sample left "
+                  f"{len(open_gates)} gate(s) open that more items can decide "
+                  f"({', '.join(open_gates[:4])}{' …' if len(open_gates) > 4 else ''}) and "
+                  f"failed none; measuring every item (profile full), both looks judged at "
+                  f"confidence {looks['confidence_per_look']:g} (docs/gates.md, 'Two looks')")
+    with stage("second look", run_dir):
+        keep_first_look(run_dir)
+    full = p.at_profile("full")
+    pair = measure_planned(full, run_dir, console, remeasure)
+    return full, pair, Looks(
+        planned=2, taken=2, policy_confidence=looks["policy_confidence"],
+        confidence_per_look=looks["confidence_per_look"],
+        profiles=[p.cfg.profile, "full"],
+        first_look=FirstLook(profile=p.cfg.profile, decision=first.decision,
+                             open_gates=open_gates, folder=FIRST_LOOK_DIR))
 
 
 def evaluate_planned(p: Plan, run_dir: Path, console: Console, remeasure: bool = False,
@@ -107,7 +149,12 @@ def evaluate_planned(p: Plan, run_dir: Path, console: Console, remeasure: bool =
             measure = measured or functools.partial(measure_planned, p, run_dir, console,
                                                     remeasure)
             pair = measure()
-            rec = _judge_and_record(p, pair, run_dir, tracker, started)
+            rec = _judge_and_record(p, pair, run_dir, tracker, started,
+                                    _first_look(p, handed_over=measured is not None))
+            looked_again = _second_look(p, rec, run_dir, console, remeasure)
+            if looked_again is not None:
+                p, pair, looks = looked_again
+                rec = _judge_and_record(p, pair, run_dir, tracker, started, looks)
             log_run(tracker, rec, {role: pair.side(role) for role in ROLES},
                     [(s.name, s.path, s.digest) for s in p.suites])
         finally:

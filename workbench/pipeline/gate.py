@@ -15,6 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from workbench.config.gate_policy import GatePolicy, load_gate_policy
+from workbench.gate.looks import Looks, at_confidence, one_look
 from workbench.gate.verdict import judge
 from workbench.mechanisms.errors import InputError
 from workbench.record.build import suite_pairs
@@ -36,13 +37,22 @@ def regate(run_dir: Path, policy_path: Path | None = None) -> tuple[DecisionReco
     base, cand = stored_measurement(run_dir, "baseline"), stored_measurement(run_dir,
                                                                              "candidate")
     report = judge(policy, path, base, cand, rec.fidelity, rec.device.get("kind", "cpu"),
-                   run_dir, int(rec.seeds.get("run", 0)))
+                   run_dir, int(rec.seeds.get("run", 0)), _looks_under(rec, policy))
     rec.gates, rec.decision, rec.policy = report.gates, report.decision, report.policy
     rec.comparability = report.comparability
     rec.schema_version = SCHEMA_VERSION  # written anew in the current shape
     if base is not None and cand is not None:
         rec.suites = suite_pairs(base.suites, cand.suites, report.suites)
     return rec, policy
+
+
+def _looks_under(rec: DecisionRecord, policy: GatePolicy) -> Looks:
+    """The run's looks, judged again under this policy: a run that planned two looks
+    took each at its share of alpha, and is judged the same way now (its data were
+    gathered under that plan)."""
+    stored = rec.policy.get("looks") or one_look(policy.confidence, 1,
+                                                 rec.sampling.get("profile", ""))
+    return at_confidence(stored, policy.confidence)
 
 
 def regate_stored(run_dir: Path, policy_path: Path | None = None

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from workbench.config.gate_policy import GatePolicy, load_gate_policy
 from workbench.config.run_config import RunConfig
@@ -60,6 +61,18 @@ class Plan:
         self.policy = policy
         self.suites = suites
         self.requests = requests
+
+    def at_profile(self, profile: Literal["smoke", "full"]) -> Plan:
+        """The same run measuring another profile of its suites (a second look)."""
+        return Plan(self.cfg.with_profile(profile), self.candidate_name, self.device,
+                    self.policy, self.suites, self.requests)
+
+    def growing_runs(self) -> set[str]:
+        """The suite runs (a guided run under its own name) that have items this
+        profile's sample leaves out: what measuring every item would add to."""
+        seed, profile = self.cfg.seed, self.cfg.profile
+        return {name for s in self.suites for name, _ in s.spec.runs()
+                if len(s.sample("full", seed)) > len(s.sample(profile, seed))}
 
     @property
     def endpoint_roles(self) -> list[str]:

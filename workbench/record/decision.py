@@ -33,12 +33,13 @@ __all__ = ["SCHEMA_VERSION", "SEVERITY", "DecisionRecord", "Role", "Sampling", "
            "gate_counts",
            "host_facts", "quantization_metrics", "record_metrics", "worst_first"]
 
+# 7: the policy's looks (a second look at every item, each look at its share of alpha);
 # 6: absolute gates judged on intervals and on the baseline (baseline_status), informational
 # gates, the policy's coverage and baseline misses, comparability; 5: each gate names itself
 # by its parts (id), not only as text; 4: endpoints, hub commit, per-device cost,
 # unmeasurable figures null; 3: every section typed below the top level; 2: policy, plots,
 # kernels. record/migrate.py reads every one of them.
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 
 class Sampling(TypedDict):
@@ -111,6 +112,9 @@ def record_metrics(rec: DecisionRecord) -> dict[str, float]:
     """The record's own figures flattened for MLflow: the decision, the artifact, cost,
     token-level fidelity and each quality delta (the models' measurements add theirs)."""
     out: dict[str, float] = {"decision_code": rec.exit_code}
+    looks = rec.policy.get("looks")
+    if looks:  # a column in the runs table: which decisions took a second look
+        out["looks"] = looks["taken"]
     out.update(quantization_metrics(rec.quantization))
     for role, c in rec.cost.items():
         out.update({f"{role}.cost.{k}": float(v) for k, v in c.items()

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from workbench.gate.evidence import GateId
+from workbench.gate.looks import one_look
 
 __all__ = ["FIRST_VERSION", "migrate"]
 
@@ -51,9 +52,17 @@ def _v5_to_v6(record: dict) -> dict:
     return record
 
 
+def _v6_to_v7(record: dict) -> dict:
+    policy = record.get("policy") or {}
+    if policy:  # 7: how many looks; every run before it looked once, at the policy's level
+        profile = (record.get("sampling") or {}).get("profile", "")
+        policy.setdefault("looks", one_look(policy.get("confidence", 0.95), 1, profile))
+    return record
+
+
 # version -> the step that brings a record of that version to the next
 STEPS: dict[int, Callable[[dict], dict]] = {2: _v2_to_v3, 3: _v3_to_v4, 4: _v4_to_v5,
-                                            5: _v5_to_v6}
+                                            5: _v5_to_v6, 6: _v6_to_v7}
 
 
 def migrate(record: dict, current: int) -> tuple[dict, list[int]]:

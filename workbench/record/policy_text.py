@@ -7,7 +7,8 @@ from __future__ import annotations
 from workbench.gate.evidence import GateOutcome
 from workbench.gate.verdict import PolicySection
 
-__all__ = ["MARK", "gate_mark", "policy_defect", "policy_lines", "undersized_headline"]
+__all__ = ["MARK", "gate_mark", "headlines", "looks_line", "policy_defect", "policy_lines",
+           "undersized_headline"]
 
 MARK = {"pass": "PASS", "fail": "FAIL", "inconclusive": "INCONCLUSIVE", "not_applicable": "n/a"}
 
@@ -57,7 +58,30 @@ def policy_defect(policy: PolicySection | dict) -> str:
     return "; ".join(parts)
 
 
-def undersized_headline(gates: list[GateOutcome]) -> str:
+def looks_line(policy: PolicySection | dict) -> str:
+    """How many looks the run took at its items and at what level (gate/looks.py); empty
+    for a run that could look only once (the policy's level whole)."""
+    looks = policy.get("looks") or {}
+    if looks.get("planned", 1) < 2:
+        return ""
+    level = (f"each look judged at confidence {looks['confidence_per_look']:g}, half the "
+             f"policy's α = {1 - looks['policy_confidence']:.3g} (Bonferroni over two looks), "
+             "so the chance that a candidate worse than a margin is promoted at either "
+             f"look stays at most {(1 - looks['policy_confidence']) / 2:.2%}")
+    first = looks.get("first_look")
+    if first is None:
+        return (f"Judged as the first of two possible looks (the {looks['profiles'][0]} "
+                "sample): every item is measured next only when it is inconclusive with no "
+                f"gate failed and more items could decide an open gate; {level}")
+    gates = ", ".join(f"`{g}`" for g in first["open_gates"][:6])
+    more = f" and {len(first['open_gates']) - 6} more" if len(first["open_gates"]) > 6 else ""
+    return (f"Two looks: the {first['profile']} sample was {first['decision']} with no gate "
+            f"failed, {len(first['open_gates'])} gate(s) open that more items could decide "
+            f"({gates}{more}); every item was then measured (profile full) and decided "
+            f"this record; {level}. The first look: `{first['folder']}/decision.md`")
+
+
+def undersized_headline(gates: list[GateOutcome], every_item: bool = False) -> str:
     """When nothing failed and the release is held by paired gates on which the candidate
     changed more answers than their items can pass with no loss (evidence churn above
     tolerable_churn, gate.paired.evidence_strength): the sizes decided, and how far off
@@ -75,5 +99,17 @@ def undersized_headline(gates: list[GateOutcome]) -> str:
                       for g in short[:3])
     return (f"Inconclusive at these sizes, not rejected: on {len(short)} gate(s) the "
             "candidate changed more answers, as many lost as gained or near it, than their "
-            f"items can pass with no loss ({worst}); more items decide them (--profile full, "
-            "or larger suites), looser margins would only hide it")
+            f"items can pass with no loss ({worst}); more items decide them ("
+            + ("larger suites: every item was measured" if every_item
+               else "--profile full, or larger suites")
+            + "), looser margins would only hide it")
+
+
+def headlines(policy: PolicySection | dict, gates: list[GateOutcome]) -> list[tuple[str, str]]:
+    """What decision.md, the CI summary and the console say before the gates, each with
+    its kind (defect, undersized, looks), in that order: the policy's defect first."""
+    every_item = ((policy.get("looks") or {}).get("profiles") or [""])[-1] == "full"
+    texts = [("defect", policy_defect(policy).capitalize()),
+             ("undersized", undersized_headline(gates, every_item)),
+             ("looks", looks_line(policy))]
+    return [(kind, text + ".") for kind, text in texts if text]

@@ -17,7 +17,7 @@ from rich.table import Table
 from workbench.mechanisms.files import write_json
 from workbench.record.decision import SEVERITY, DecisionRecord, worst_first
 from workbench.record.policy_text import MARK as _MARK
-from workbench.record.policy_text import gate_mark, policy_defect, policy_lines, undersized_headline
+from workbench.record.policy_text import gate_mark, headlines, policy_lines
 
 __all__ = ["print_decision", "render_markdown", "render_summary", "write_junit",
            "write_record"]
@@ -261,10 +261,8 @@ def render_markdown(rec: DecisionRecord) -> str:
         f"Created {rec.created_at}. Exit code {rec.exit_code}.",
         "",
         *_kernel_lines(rec.engine.get("kernels", {})),
-        *([f"**{policy_defect(rec.policy).capitalize()}.**", ""]
-          if policy_defect(rec.policy) else []),
-        *([f"**{undersized}.**", ""] if (undersized := undersized_headline(rec.gates))
-          else []),
+        *[line for kind, text in headlines(rec.policy, rec.gates)
+          for line in (text if kind == "looks" else f"**{text}**", "")],
         *([f"Judged again from a record of schema {rec.migrated_from[0]} (migrated through "
            f"{', '.join(map(str, rec.migrated_from))}; what it lacks fails closed).", ""]
           if rec.migrated_from else []),
@@ -314,10 +312,8 @@ def render_summary(rec: DecisionRecord) -> str:
              f"candidate `{rec.candidate}` on {rec.device.get('kind')}", "",
              ", ".join(f"{n} {_MARK[s].lower()}" for s, n in counts.items() if n)
              + f" · exit code {rec.exit_code}", ""]
-    if policy_defect(rec.policy):
-        lines += [f"**{policy_defect(rec.policy).capitalize()}.**", ""]
-    if undersized := undersized_headline(rec.gates):
-        lines += [f"**{undersized}.**", ""]
+    for kind, text in headlines(rec.policy, rec.gates):
+        lines += [text if kind == "looks" else f"**{text}**", ""]
     holding = [g for g in worst_first(rec.gates) if g.status in ("fail", "inconclusive")
                and not g.informational]
     if holding:
@@ -370,10 +366,9 @@ def print_decision(rec: DecisionRecord, console: Console) -> None:
         table.add_row(escape(g.gate), f"[{_STYLE[g.status]}]{escape(gate_mark(g))}[/]",
                       escape(g.detail))
     console.print(table)
-    if policy_defect(rec.policy):
-        console.print(f"[bold red]{escape(policy_defect(rec.policy).capitalize())}.[/]")
-    if undersized := undersized_headline(rec.gates):
-        console.print(f"[bold yellow]{escape(undersized)}.[/]")
+    style = {"defect": "bold red", "undersized": "bold yellow", "looks": "default"}
+    for kind, text in headlines(rec.policy, rec.gates):
+        console.print(f"[{style[kind]}]{escape(text)}[/]")
 
 
 def write_record(run_dir: Path, rec: DecisionRecord) -> tuple[Path, Path]:

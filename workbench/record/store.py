@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 from pathlib import Path
 
 import jsonschema
 from pydantic import TypeAdapter, ValidationError
 
 from workbench.gate.evidence import GateOutcome
+from workbench.gate.looks import FIRST_LOOK_DIR
 from workbench.measure.measurement import MEASUREMENT_FILE, Measurement
 from workbench.mechanisms.errors import InputError
 from workbench.mechanisms.files import read_json
@@ -19,9 +21,27 @@ from workbench.record.decision import SCHEMA_VERSION, DecisionRecord
 from workbench.record.migrate import FIRST_VERSION, migrate
 from workbench.record.schema import SCHEMA_FILE, schema_file
 
-__all__ = ["POLICY_FILE", "load_record", "stored_measurement"]
+__all__ = ["POLICY_FILE", "keep_first_look", "load_record", "stored_measurement"]
 
 POLICY_FILE = "gates.yaml"  # the policy a run was judged under, copied into its folder
+# what one look at the items leaves in a run folder: both sides' measurements, its record
+_ONE_LOOK = ("baseline", "candidate", "decision.json", "decision.md")
+_INPUTS = ("config.yaml", POLICY_FILE)
+
+
+def keep_first_look(run_dir: Path) -> Path:
+    """The first look's measurements and record moved into look-1/ before a second look
+    measures into the run folder, with the inputs it was judged under copied beside them
+    so that `workbench gate RUN/look-1` judges it again on its own."""
+    folder = run_dir / FIRST_LOOK_DIR
+    folder.mkdir()
+    for name in _ONE_LOOK:
+        if (run_dir / name).exists():
+            (run_dir / name).rename(folder / name)
+    for name in _INPUTS:
+        if (run_dir / name).is_file():
+            shutil.copyfile(run_dir / name, folder / name)
+    return folder
 
 
 def _field_path(loc: tuple) -> str:
