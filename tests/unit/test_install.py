@@ -29,9 +29,9 @@ def test_the_wheel_carries_the_shipped_data(wheel: Path) -> None:
                     "eval_suites/quality/arithmetic/suite.yaml",
                     "calibration_data/heldout.jsonl", "calibration_data/LICENSE"):
         assert f"workbench/shipped/{shipped}" in names
-    for version in range(2, 7):  # every record schema released: `gate` reads them all
+    for version in range(2, 8):  # every record schema released: `gate` reads them all
         assert f"workbench/record/decision-v{version}.schema.json" in names
-    assert "workbench/sweep/sweep-v3.schema.json" in names
+    assert "workbench/sweep/sweep-v4.schema.json" in names
     suites = {n.split("/")[4] for n in names if n.endswith("/suite.yaml")}
     assert len(suites) >= 12 and not any("__pycache__" in n for n in names)
 

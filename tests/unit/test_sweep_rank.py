@@ -146,6 +146,10 @@ def test_only_inconclusive_candidates_are_said_first_to_need_more_items() -> Non
     assert "`int8` `quality:arithmetic` about 755 more" in head
     md = render_sweep(record)
     assert md.index(head) < md.index("No candidate recommended")
+    rows[0].looks = 2  # every item measured and still open: only larger suites decide it
+    assert undecided_headline(record).startswith(
+        "**Nothing decided for `int8`: inconclusive, not rejected even after a second look "
+        "at every item.**")
     rows[0].decision = "promote"
     _, promoted = rank(rows, "cost")
     assert undecided_headline(SweepRecord("m", "cpu", "p", "cost", "worst_lower_bound", "q",

@@ -103,8 +103,10 @@ def undecided_headline(record: SweepRecord) -> str:
                     for g, n in r.items_to_decide.items()), reverse=True)[:3]
     most = "; ".join(f"`{c}` `{g}` about {n} more" for n, c, g in needs)
     names = ", ".join(f"`{r.candidate}`" for r in undecided)
-    return (f"**Nothing decided for {names}: inconclusive, not rejected.** At these sizes "
-            "the intervals straddle the policy's margins"
+    again = (" even after a second look at every item" if all(r.looks == 2 for r in undecided)
+             else "")
+    return (f"**Nothing decided for {names}: inconclusive, not rejected{again}.** At these "
+            "sizes the intervals straddle the policy's margins"
             + (f" (most items needed: {most})" if most else "")
             + "; more items per suite decide them, looser margins would only hide it.")
 

@@ -21,8 +21,8 @@ __all__ = ["GATED_SECTIONS", "HIGHER_IS_BETTER", "OBJECTIVE_LABEL", "QUALITY_LAB
            "SWEEP_SCHEMA_VERSION", "Delta", "RayTask", "Recommendation", "SweepRecord", "SweepRow",
            "objective_value", "rank", "row_of", "show_objective"]
 
-SWEEP_SCHEMA_VERSION = 3  # 3: the gates the baseline itself misses; 2: rows say which Ray
-# task measured them; the cluster
+SWEEP_SCHEMA_VERSION = 4  # 4: how many looks each candidate's decision took; 3: the gates
+# the baseline itself misses; 2: rows say which Ray task measured them; the cluster
 
 
 HIGHER_IS_BETTER = {"throughput", "kv_capacity"}
@@ -57,6 +57,7 @@ class SweepRow:
     items_to_decide: dict[str, int] = field(default_factory=dict)
     # absolute gates the baseline itself misses (record policy.baseline_misses)
     baseline_misses: list[str] = field(default_factory=list)
+    looks: int = 1  # 2: decided on every item after the smoke sample left it open
     run_dir: str = ""
     format: str = ""
     weights_bytes: int | None = None
@@ -186,6 +187,7 @@ def row_of(rec: DecisionRecord, objective: Objective, quality: QualityMeasure,
                          if g.status == "inconclusive"
                          and isinstance(g.evidence.get("items_to_decide"), int)},
         baseline_misses=list(rec.policy.get("baseline_misses") or []),
+        looks=(rec.policy.get("looks") or {}).get("taken", 1),
         run_dir=rec.run_dir,
         format=(rec.quantization.get("served_format") or {}).get("label", ""),
         weights_bytes=cand_room.get("weights_bytes"),
