@@ -14,6 +14,7 @@ from pathlib import Path
 
 import yaml
 from rich.console import Console
+from rich.markup import escape
 
 from workbench.config.run_config import RunConfig
 from workbench.gate.looks import (
@@ -115,9 +116,10 @@ def _second_look(p: Plan, first: DecisionRecord, run_dir: Path, console: Console
     open_gates = second_look_due(looks, first.decision, first.gates, p.growing_runs())
     if not open_gates:
         return None
+    shown = ", ".join(open_gates[:4]) + (" …" if len(open_gates) > 4 else "")
     console.print(f"[bold]second look[/]: the {p.cfg.profile} sample left "
                   f"{len(open_gates)} gate(s) open that more items can decide "
-                  f"({', '.join(open_gates[:4])}{' …' if len(open_gates) > 4 else ''}) and "
+                  f"({escape(shown)}) and "
                   f"failed none; measuring every item (profile full), both looks judged at "
                   f"confidence {looks['confidence_per_look']:g} (docs/gates.md, 'Two looks')")
     with stage("second look", run_dir):
