@@ -44,6 +44,8 @@ from workbench.suites.results import SuiteResult
 __all__ = ["bound_false_rejects", "decide", "evaluate_gates",
            "non_inferiority"]
 
+POOLED = "(pooled)"  # the pooled health gate's subject: every generating suite's items
+
 
 def non_inferiority(delta: PairedDelta, margin: float) -> Status:
     if clears_above(delta.ci_low, -margin):
@@ -195,7 +197,7 @@ def _has_health(result: SuiteResult) -> bool:
 def _pooled(results: list[SuiteResult]) -> SuiteResult:
     """Every item of several suites as one result (ids prefixed by their suite)."""
     items = [replace(i, id=f"{r.suite}/{i.id}") for r in results for i in r.items]
-    return SuiteResult(suite="(pooled)", version="", digest="", n=len(items), accuracy=0.0,
+    return SuiteResult(suite=POOLED, version="", digest="", n=len(items), accuracy=0.0,
                        slices={}, items_file="", items=items, kind="pooled", generates=True)
 
 
@@ -226,11 +228,11 @@ def _health_gate_checks(gate: HealthGate, ev: Evidence, compared: Comparisons
         if c and base is not None and cand is not None:
             measured.append((base, cand))
     if gate.pooled_max_drop is not None and len(measured) > 1:
-        rule = QualityGate(suite="(pooled)", metric="healthy", max_drop=gate.pooled_max_drop,
+        rule = QualityGate(suite=POOLED, metric="healthy", max_drop=gate.pooled_max_drop,
                            min_value=gate.min_value)
         c, f = _paired_checks("health", rule, _pooled([b for b, _ in measured]),
                               _pooled([c for _, c in measured]), compared,
-                              GateId("health", "(pooled)"))
+                              GateId("health", POOLED))
         checks += c
         outcomes += f
     return checks, outcomes

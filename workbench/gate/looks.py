@@ -11,17 +11,17 @@ before the first look is judged, so the first look is judged at the split alpha 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection
 
 from typing_extensions import TypedDict
 
 from workbench.config.gate_policy import split_confidence
 from workbench.gate.evidence import GateOutcome
+from workbench.gate.gates import POOLED
 
-__all__ = ["FIRST_LOOK_DIR", "POOLED", "FirstLook", "Looks", "at_confidence",
+__all__ = ["FIRST_LOOK_DIR", "FirstLook", "Looks", "at_confidence",
            "more_items_could_decide", "one_look", "planned_looks", "second_look_due"]
 
-POOLED = "(pooled)"  # the subject of the pooled health gate (gate.gates)
 FIRST_LOOK_DIR = "look-1"
 
 
@@ -41,10 +41,10 @@ class Looks(TypedDict):
     first_look: FirstLook | None  # when a second look was taken
 
 
-def planned_looks(second_look: bool, growing: Iterable[str]) -> int:
+def planned_looks(second_look: bool, growing: Collection[str]) -> int:
     """2 when the policy allows a second look and some suite has items the profile's
     sample leaves out; else 1 (the policy's alpha whole)."""
-    return 2 if second_look and any(True for _ in growing) else 1
+    return 2 if second_look and growing else 1
 
 
 def one_look(confidence: float, planned: int, profile: str) -> Looks:
