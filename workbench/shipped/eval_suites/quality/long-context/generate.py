@@ -19,7 +19,9 @@ FILLER = HERE.parents[2] / "calibration_data" / "shakespeare_milton.jsonl"
 CHARS_PER_TOKEN = 3.4  # measured 3.2-3.8 on this filler with SmolLM2's tokenizer
 BUCKETS = {"ctx-256": 256, "ctx-512": 512, "ctx-1024": 1024, "ctx-1600": 1600}
 DEPTHS = ("start", "middle", "end")
-PER_CELL = 3
+PER_CELL = 3        # version 1's items, from the first seed; ids -0 to -2 in each cell
+MORE_PER_CELL = 9   # version 2's, from a second seed: 144 items, so that one item lost
+                    # no longer spans a 0.10 margin (docs/gates.md, "Evidence strength")
 QUESTION = "\n\nWhat is the pass key? Reply with the number only."
 
 
@@ -29,14 +31,13 @@ def filler_text() -> str:
                                                                     "sonnets")))
 
 
-def main() -> None:
-    rng = random.Random(20261129)
-    text = filler_text()
+def cells(rng: random.Random, per_cell: int, first: int, text: str) -> list[dict]:
+    """per_cell items in each (bucket, depth) cell, numbered from `first` within it."""
     rows = []
     for bucket, tokens in BUCKETS.items():
         size = int(tokens * CHARS_PER_TOKEN)
         for depth in DEPTHS:
-            for i in range(PER_CELL):
+            for i in range(first, first + per_cell):
                 key = rng.randint(10000, 99999)
                 start = rng.randrange(0, len(text) - size)
                 hay = text[start:start + size]
@@ -45,6 +46,15 @@ def main() -> None:
                 rows.append({"id": f"{bucket}-{depth}-{i}",
                              "context": hay[:at] + needle + hay[at:], "answer": key,
                              "slices": [bucket, f"depth-{depth}"]})
+    return rows
+
+
+def main() -> None:
+    text = filler_text()
+    # The first seed's stream is consumed exactly as version 1 did, so its 36 items keep
+    # their ids and text; the added ones come from a stream of their own.
+    rows = (cells(random.Random(20261129), PER_CELL, 0, text)
+            + cells(random.Random(20261202), MORE_PER_CELL, PER_CELL, text))
     (HERE / "items.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     print(f"wrote {len(rows)} items")
 
