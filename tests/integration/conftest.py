@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from quantised import FRAGILE_BLOCK
 
 from workbench.mechanisms.paths import (
     default_model_dir,
@@ -63,6 +64,37 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )
     torch.manual_seed(0)
     model = LlamaForCausalLM(config).to(torch.bfloat16)
+    model.save_pretrained(out)
+    for name in TOKENIZER_FILES:
+        if (default_model_dir() / name).exists():
+            shutil.copy(default_model_dir() / name, out / name)
+    return out
+
+
+@pytest.fixture(scope="session")
+def fragile_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny four-block Llama that int4 groups break in one known block (2) and no other:
+    four of its intermediate units are switched off (their gate rows are zero), so weights
+    on them change nothing in 16 bits, yet they are large enough that each group of 64
+    holding one rounds every other weight of block 2's down projection to zero."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    out = tmp_path_factory.mktemp("fragile-llama")
+    config = LlamaConfig(
+        vocab_size=49152, hidden_size=128, intermediate_size=256, num_hidden_layers=4,
+        num_attention_heads=2, num_key_value_heads=1, head_dim=64,
+        max_position_embeddings=2048, bos_token_id=1, eos_token_id=2, pad_token_id=2,
+        tie_word_embeddings=True,
+    )
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config).to(torch.bfloat16)
+    with torch.no_grad():
+        model.model.norm.weight.mul_(10)  # sharper next-token distributions than random init
+        mlp = model.model.layers[FRAGILE_BLOCK].mlp
+        mlp.down_proj.weight.mul_(4)      # a block that matters to the output
+        mlp.gate_proj.weight[::64] = 0
+        mlp.down_proj.weight[:, ::64] = 2.0
     model.save_pretrained(out)
     for name in TOKENIZER_FILES:
         if (default_model_dir() / name).exists():

@@ -149,6 +149,6 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Project:
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)  # the config's URI is under test
     (tmp_path / "cache").mkdir()
     monkeypatch.setattr(workbench.pipeline.evaluate, "new_run_dir", _refuse)
-    monkeypatch.setattr(workbench.quantize.build, "_run_worker", _refuse)
+    monkeypatch.setattr(workbench.quantize.build, "run_worker", _refuse)
     monkeypatch.setattr(workbench.serve.engine.EngineServer, "start", _refuse)
     return Project(tmp_path / "project")

@@ -42,7 +42,7 @@ from workbench.quantize.formats import (
 
 __all__ = [
     "DATA_FREE_RECIPES", "QuantizeResult", "artifact_key", "calibration_samples",
-    "latest_progress", "needs_calibration", "quantize", "show_candidates",
+    "latest_progress", "needs_calibration", "quantize", "run_worker", "show_candidates",
 ]
 
 WORKER = Path(__file__).parent.parent / "subprocesses" / "quantize_worker.py"
@@ -143,13 +143,16 @@ class PassCounter:
         return f"pass {self.passes}, {step}"
 
 
-def _run_worker(job: dict, log_file: Path, on_progress: Callable[[str], None]) -> None:
+def run_worker(job: dict, log_file: Path, on_progress: Callable[[str], None],
+               worker: Path = WORKER) -> None:
+    """A worker of subprocesses/ run in the quantiser environment, its progress relayed,
+    never left running; a failure is an InfraError quoting its log's last lines."""
     if not quant_python().exists():
         raise InfraError(f"quantiser environment not found at {quant_python()}; "
                          "run scripts/setup.sh")
     job_file = Path(job["result_file"]).with_name("job.json")
     job_file.write_text(json.dumps(job, indent=2))
-    proc = spawn([str(quant_python()), str(WORKER), str(job_file)], log_file, offline_env())
+    proc = spawn([str(quant_python()), str(worker), str(job_file)], log_file, offline_env())
     numbered = PassCounter()
     try:
         while proc.poll() is None:
@@ -320,7 +323,7 @@ def _build_artifact(cfg: RunConfig, name: str, build: _Build, model_dir: Path,
         "result_file": str(work / "result.json"),
     }
     try:
-        _run_worker(job, log_file, on_progress)
+        run_worker(job, log_file, on_progress)
         facts = json.loads((work / "result.json").read_text())
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
