@@ -1,0 +1,31 @@
+"""A trial: the rejected candidate's recipe with its k most sensitive blocks kept in
+16-bit, as an ordinary candidate that evaluate's stages build, cache and judge."""
+
+from __future__ import annotations
+
+from workbench.config.run_config import Candidate, RunConfig
+from workbench.quantize.sensitivity import Sensitivity, keep_blocks_ignore
+
+__all__ = ["trial_candidate", "trial_name", "with_trials"]
+
+
+def trial_name(name: str, kept: int) -> str:
+    return f"{name}-keep{kept}"
+
+
+def trial_candidate(cand: Candidate, sensitivity: Sensitivity, kept: int) -> Candidate:
+    """The candidate with the `kept` blocks ranked most sensitive left unquantised (an
+    `ignore` entry llm-compressor reads; k = 0 is the candidate itself). The artifact's
+    key digests the recipe, so each trial is built once and cached by its content."""
+    entry = keep_blocks_ignore(sensitivity.ranked()[:kept])
+    if entry is None:
+        return cand
+    return cand.model_copy(update={"ignore": [*cand.ignore, entry]})
+
+
+def with_trials(cfg: RunConfig, name: str, sensitivity: Sensitivity,
+                kept: list[int]) -> RunConfig:
+    """The config with one more candidate per trial, named for its k."""
+    cand = cfg.candidates[name]
+    trials = {trial_name(name, k): trial_candidate(cand, sensitivity, k) for k in kept}
+    return cfg.model_copy(update={"candidates": {**cfg.candidates, **trials}})
