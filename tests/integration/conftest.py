@@ -12,6 +12,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from quantised import FRAGILE_BLOCK
@@ -50,25 +51,32 @@ def cold_caches(tmp_path_factory: pytest.TempPathFactory) -> Path:
         os.environ["WORKBENCH_CACHE"] = previous
 
 
-@pytest.fixture(scope="session")
-def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def random_llama(blocks: int) -> Any:
+    """A random bf16 Llama with SmolLM2's vocabulary: hidden 128, 2 heads of 64."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    out = tmp_path_factory.mktemp("tiny-llama")
     config = LlamaConfig(
-        vocab_size=49152, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+        vocab_size=49152, hidden_size=128, intermediate_size=256, num_hidden_layers=blocks,
         num_attention_heads=2, num_key_value_heads=1, head_dim=64,
         max_position_embeddings=2048, bos_token_id=1, eos_token_id=2, pad_token_id=2,
         tie_word_embeddings=True,
     )
     torch.manual_seed(0)
-    model = LlamaForCausalLM(config).to(torch.bfloat16)
+    return LlamaForCausalLM(config).to(torch.bfloat16)
+
+
+def save_with_tokenizer(model: Any, out: Path) -> Path:
     model.save_pretrained(out)
     for name in TOKENIZER_FILES:
         if (default_model_dir() / name).exists():
             shutil.copy(default_model_dir() / name, out / name)
     return out
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return save_with_tokenizer(random_llama(2), tmp_path_factory.mktemp("tiny-llama"))
 
 
 @pytest.fixture(scope="session")
@@ -78,28 +86,15 @@ def fragile_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     on them change nothing in 16 bits, yet they are large enough that each group of 64
     holding one rounds every other weight of block 2's down projection to zero."""
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
 
-    out = tmp_path_factory.mktemp("fragile-llama")
-    config = LlamaConfig(
-        vocab_size=49152, hidden_size=128, intermediate_size=256, num_hidden_layers=4,
-        num_attention_heads=2, num_key_value_heads=1, head_dim=64,
-        max_position_embeddings=2048, bos_token_id=1, eos_token_id=2, pad_token_id=2,
-        tie_word_embeddings=True,
-    )
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(config).to(torch.bfloat16)
+    model = random_llama(4)
     with torch.no_grad():
         model.model.norm.weight.mul_(10)  # sharper next-token distributions than random init
         mlp = model.model.layers[FRAGILE_BLOCK].mlp
         mlp.down_proj.weight.mul_(4)      # a block that matters to the output
         mlp.gate_proj.weight[::64] = 0
         mlp.down_proj.weight[:, ::64] = 2.0
-    model.save_pretrained(out)
-    for name in TOKENIZER_FILES:
-        if (default_model_dir() / name).exists():
-            shutil.copy(default_model_dir() / name, out / name)
-    return out
+    return save_with_tokenizer(model, tmp_path_factory.mktemp("fragile-llama"))
 
 
 @pytest.fixture()
