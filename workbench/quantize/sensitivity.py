@@ -13,7 +13,6 @@ how well its ranking predicted the real trials. Only integer weight recipes with
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -26,8 +25,7 @@ from workbench.mechanisms.paths import cache_root
 from workbench.quantize.build import quant_library_versions, run_worker
 from workbench.quantize.calibration import heldout_samples
 
-__all__ = ["BlockScore", "Sensitivity", "keep_blocks_ignore", "kept_blocks",
-           "measure_sensitivity"]
+__all__ = ["BlockScore", "Sensitivity", "keep_blocks_ignore", "measure_sensitivity"]
 
 WORKER = Path(__file__).parent.parent / "subprocesses" / "sensitivity_worker.py"
 BITS = {"w4a16": 4, "w8a16": 8}
@@ -133,14 +131,3 @@ def measure_sensitivity(cfg: RunConfig, name: str, cand: Candidate, model_dir: P
     write_json(cache_file, result.to_dict())
     return result
 
-
-_BLOCK_RE = re.compile(r"^re:\.\*\\\.layers\\\.\(([\d|]+)\)\\\.\.\*$")
-
-
-def kept_blocks(ignore: list[str]) -> list[int]:
-    """The blocks an `ignore` list made by keep_blocks_ignore leaves in 16-bit."""
-    for entry in ignore:
-        match = _BLOCK_RE.match(entry)
-        if match:
-            return sorted(int(b) for b in match[1].split("|"))
-    return []

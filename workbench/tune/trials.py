@@ -3,10 +3,10 @@
 
 from __future__ import annotations
 
-from workbench.config.run_config import Candidate, RunConfig
+from workbench.config.run_config import Candidate
 from workbench.quantize.sensitivity import Sensitivity, keep_blocks_ignore
 
-__all__ = ["trial_candidate", "trial_name", "with_trials"]
+__all__ = ["trial_candidate", "trial_name"]
 
 
 def trial_name(name: str, kept: int) -> str:
@@ -22,10 +22,3 @@ def trial_candidate(cand: Candidate, sensitivity: Sensitivity, kept: int) -> Can
         return cand
     return cand.model_copy(update={"ignore": [*cand.ignore, entry]})
 
-
-def with_trials(cfg: RunConfig, name: str, sensitivity: Sensitivity,
-                kept: list[int]) -> RunConfig:
-    """The config with one more candidate per trial, named for its k."""
-    cand = cfg.candidates[name]
-    trials = {trial_name(name, k): trial_candidate(cand, sensitivity, k) for k in kept}
-    return cfg.model_copy(update={"candidates": {**cfg.candidates, **trials}})
