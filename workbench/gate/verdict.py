@@ -8,6 +8,7 @@ different evidence, and the record's tables show the very intervals the gates ju
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -142,8 +143,10 @@ def compare_suites(ev: Evidence, compared: Comparisons) -> dict[str, SuiteCompar
     return out
 
 
-def token_fidelity(suites: list[Suite], run_dir: Path) -> dict[str, dict]:
-    """Token-level fidelity for every fidelity suite, from both runs' stored log-probs."""
+def token_fidelity(suites: list[Suite], run_dir: Path,
+                   keep: Callable[[str], bool] | None = None) -> dict[str, dict]:
+    """Token-level fidelity for every fidelity suite, from both runs' stored log-probs
+    (keep: which item ids count, a split's half; None: all)."""
     out = {}
     for suite in suites:
         if suite.spec.kind != "fidelity":
@@ -152,7 +155,7 @@ def token_fidelity(suites: list[Suite], run_dir: Path) -> dict[str, dict]:
                       for role in ("baseline", "candidate"))
         if base.is_file() and cand.is_file():
             slices = {it.id: it.slices for it in suite.items}
-            out[suite.name] = compare_fidelity(suite.name, base, cand, slices).to_dict()
+            out[suite.name] = compare_fidelity(suite.name, base, cand, slices, keep).to_dict()
     return out
 
 

@@ -31,6 +31,8 @@ from workbench.measure.measurement import (
 from workbench.mechanisms.files import write_json
 from workbench.plan.plan import Plan
 from workbench.quantize.build import QuantizeResult
+from workbench.suites.definition import Suite
+from workbench.suites.split import ItemSplit
 
 __all__ = ["ROLES", "MeasuredPair", "Role", "baseline_entry", "measure_baseline_suites",
            "measure_pair", "served_name"]
@@ -51,6 +53,20 @@ class MeasuredPair:
 
     def side(self, role: Role) -> Measurement:
         return self.baseline if role == "baseline" else self.candidate
+
+    def restricted(self, split: ItemSplit | None, suites: list[Suite]) -> MeasuredPair:
+        """Both sides' suites over one half of their items (None: all of them); the load
+        test and headroom are not item by item and stay whole."""
+        if split is None:
+            return self
+        by_run = {name: s for s in suites for name, _ in s.spec.runs()}
+
+        def half(m: Measurement) -> Measurement:
+            return replace(m, suites={name: split.restrict(r, by_run[name])
+                                      if name in by_run else r
+                                      for name, r in m.suites.items()})
+
+        return replace(self, baseline=half(self.baseline), candidate=half(self.candidate))
 
 
 def served_name(p: Plan, role: str) -> str:

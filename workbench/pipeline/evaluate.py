@@ -72,11 +72,14 @@ def run_evaluate(cfg: RunConfig, candidate: str, runs_root: Path, console: Conso
 def measure_planned(p: Plan, run_dir: Path, console: Console, remeasure: bool
                     ) -> MeasuredPair:
     """The stages that need an engine: quantise, then measure the pair. A sweep fanned out
-    on Ray runs this in a task on the candidate's devices (sweep/fanout.py)."""
+    on Ray runs this in a task on the candidate's devices (sweep/fanout.py). A plan judged
+    on half of the items (p.split) hands on only that half: the run folder and the cache
+    keep every item, nothing downstream sees the other half."""
     with stage("quantise", run_dir):
         artifact = quantize_planned(p, run_dir, console)
     with stage("measure", run_dir):
-        return measure_pair(p, artifact, run_dir, console, remeasure)
+        return measure_pair(p, artifact, run_dir, console, remeasure).restricted(p.split,
+                                                                                 p.suites)
 
 
 def _keep_inputs(p: Plan, run_dir: Path) -> None:
@@ -89,7 +92,7 @@ def _keep_inputs(p: Plan, run_dir: Path) -> None:
 def _judge_and_record(p: Plan, pair: MeasuredPair, run_dir: Path, tracker: Tracker,
                       started: float, looks: Looks) -> DecisionRecord:
     with stage("record", run_dir):
-        fidelity = token_fidelity(p.suites, run_dir)
+        fidelity = token_fidelity(p.suites, run_dir, p.split.keeps if p.split else None)
         report = judge(p.policy, p.cfg.resolve(p.cfg.gates), pair.baseline, pair.candidate,
                        fidelity, p.device, run_dir, p.cfg.seed, looks)
         rec = build_record(p, pair, report, fidelity, run_dir, mlflow_section(tracker))

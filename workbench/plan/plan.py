@@ -35,6 +35,7 @@ from workbench.plan.context import context_problems
 from workbench.quantize.checks import candidate_problems, serving_problem
 from workbench.serve.engine import detect_device, engine_version
 from workbench.suites.definition import Suite, find_suite_dir, load_suite
+from workbench.suites.split import ItemSplit
 
 __all__ = ["Outputs", "Plan", "Problems", "check_candidates", "check_config", "check_outputs",
            "config_problems", "plan"]
@@ -52,7 +53,8 @@ class Plan:
     """Everything one candidate's evaluation needs, read and checked before any work."""
 
     def __init__(self, cfg: RunConfig, candidate: str, device: str, policy: GatePolicy,
-                 suites: list[Suite], requests: list[Request]) -> None:
+                 suites: list[Suite], requests: list[Request],
+                 split: ItemSplit | None = None) -> None:
         self.cfg = cfg
         self.device = device
         self.candidate_name = candidate
@@ -61,11 +63,20 @@ class Plan:
         self.policy = policy
         self.suites = suites
         self.requests = requests
+        # judged on one half of every suite's items (tune's search or confirmation); the
+        # engine still answers every item of the sample, and the cache keeps them all
+        self.split = split
+
+    def variant(self, cfg: RunConfig, candidate: str, split: ItemSplit | None) -> Plan:
+        """Another candidate of the same checked run (a tune trial, whose config adds it),
+        judged on a half of the items or on all of them."""
+        return Plan(cfg, candidate, self.device, self.policy, self.suites, self.requests,
+                    split)
 
     def at_profile(self, profile: Literal["smoke", "full"]) -> Plan:
         """The same run measuring another profile of its suites (a second look)."""
         return Plan(self.cfg.with_profile(profile), self.candidate_name, self.device,
-                    self.policy, self.suites, self.requests)
+                    self.policy, self.suites, self.requests, self.split)
 
     def growing_runs(self) -> set[str]:
         """The suite runs (a guided run under its own name) that have items this

@@ -25,7 +25,8 @@ from workbench.mechanisms.paths import cache_root
 from workbench.quantize.build import quant_library_versions, run_worker
 from workbench.quantize.calibration import heldout_samples
 
-__all__ = ["BlockScore", "Sensitivity", "keep_blocks_ignore", "measure_sensitivity"]
+__all__ = ["BlockScore", "Sensitivity", "keep_blocks_ignore", "measure_sensitivity",
+           "sensitivity_problems"]
 
 WORKER = Path(__file__).parent.parent / "subprocesses" / "sensitivity_worker.py"
 BITS = {"w4a16": 4, "w8a16": 8}
@@ -82,6 +83,20 @@ def _scheme(name: str, cand: Candidate) -> tuple[int, int]:
                          f"recipe with groups ({', '.join(BITS)}), not "
                          f"{cand.recipe or 'a recipe file or checkpoint'}")
     return BITS[cand.recipe], cand.resolved_group_size
+
+
+def sensitivity_problems(cfg: RunConfig, name: str) -> list[str]:
+    """What keeps the candidate's layer sensitivity from being measured, one line each:
+    checked before anything is written (tune's plan checks)."""
+    problems = []
+    try:
+        _scheme(name, cfg.candidates[name])
+    except InputError as err:
+        problems.append(f"{cfg.source}: {err}")
+    if cfg.calibration.heldout_samples == 0 or not cfg.calibration.heldout:
+        problems.append(f"{cfg.source}: calibration.heldout_samples: 0 (or no heldout files) "
+                        "leaves no held-out text to measure layer sensitivity on")
+    return problems
 
 
 def _cached(file: Path) -> Sensitivity | None:

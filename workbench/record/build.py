@@ -77,7 +77,8 @@ def _sampling(p: Plan) -> Sampling:
     return {**SAMPLING, "seed": p.cfg.seed, "profile": p.cfg.profile,  # type: ignore[typeddict-item]
             "max_tokens": {s.name: s.spec.max_tokens for s in p.suites
                            if s.generates},
-            "guided_decoding": "response_format json_schema (xgrammar, no free whitespace)"}
+            "guided_decoding": "response_format json_schema (xgrammar, no free whitespace)",
+            "split": p.split.to_json() if p.split else None}
 
 
 def _plots(p: Plan, pair: MeasuredPair, run_dir: Path) -> dict[str, str]:

@@ -28,18 +28,20 @@ from workbench.record.sections import (
     QuantizationSection,
     SuitePair,
 )
+from workbench.suites.split import SplitJson
 
 __all__ = ["SCHEMA_VERSION", "SEVERITY", "DecisionRecord", "Role", "Sampling", "counted",
            "gate_counts",
            "host_facts", "quantization_metrics", "record_metrics", "worst_first"]
 
+# 8: sampling.split, the half of the items a tune trial or confirmation was judged on;
 # 7: the policy's looks (a second look at every item, each look at its share of alpha);
 # 6: absolute gates judged on intervals and on the baseline (baseline_status), informational
 # gates, the policy's coverage and baseline misses, comparability; 5: each gate names itself
 # by its parts (id), not only as text; 4: endpoints, hub commit, per-device cost,
 # unmeasurable figures null; 3: every section typed below the top level; 2: policy, plots,
 # kernels. record/migrate.py reads every one of them.
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 
 class Sampling(TypedDict):
@@ -49,6 +51,9 @@ class Sampling(TypedDict):
     profile: str
     max_tokens: dict[str, int]  # generating suite -> its max_tokens
     guided_decoding: str
+    # judged on one half of every suite's items (a tune trial's search half, or the chosen
+    # trial's confirmation half: suites/split.py); None: every item of the sample
+    split: SplitJson | None
 
 
 

@@ -60,9 +60,15 @@ def _v6_to_v7(record: dict) -> dict:
     return record
 
 
+def _v7_to_v8(record: dict) -> dict:
+    if record.get("sampling"):  # 8: a half of the items (tune); every run before judged all
+        record["sampling"].setdefault("split", None)
+    return record
+
+
 # version -> the step that brings a record of that version to the next
 STEPS: dict[int, Callable[[dict], dict]] = {2: _v2_to_v3, 3: _v3_to_v4, 4: _v4_to_v5,
-                                            5: _v5_to_v6, 6: _v6_to_v7}
+                                            5: _v5_to_v6, 6: _v6_to_v7, 7: _v7_to_v8}
 
 
 def migrate(record: dict, current: int) -> tuple[dict, list[int]]:

@@ -299,6 +299,9 @@ def render_markdown(rec: DecisionRecord) -> str:
     if rec.sampling:
         lines += ["", f"Decoding: temperature {rec.sampling.get('temperature')}, seed "
                   f"{rec.sampling.get('seed')}, profile {rec.sampling.get('profile')}."]
+        if split := rec.sampling.get("split"):
+            lines += [f"Judged on the {split['part']} half of every suite's items only: "
+                      f"{split['rule']} (docs/tune.md)."]
     lines += ["", f"Latency figures hold for the device they were measured on "
               f"({rec.device['kind']}) only."]
     return "\n".join(lines) + "\n"

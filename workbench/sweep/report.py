@@ -20,8 +20,8 @@ from workbench.sweep.table import (
     show_objective,
 )
 
-__all__ = ["DECISION_STYLE", "PARETO_PLOT", "plot_pareto", "print_sweep", "render_sweep",
-           "write_sweep"]
+__all__ = ["DECISION_STYLE", "PARETO_PLOT", "plot_pareto", "print_sweep", "print_table",
+           "render_sweep", "write_sweep"]
 
 PARETO_PLOT = "pareto.png"
 
@@ -112,6 +112,16 @@ def undecided_headline(record: SweepRecord) -> str:
 
 
 def print_sweep(record: SweepRecord, console: Console) -> None:
+    print_table(record, console)
+    rec = record.recommendation
+    verdict = f"recommended: {rec.candidate}" if rec.candidate else "none recommended"
+    console.print(f"[bold]{escape(verdict)}[/] — {escape(rec.reason)}")
+    console.print(f"sweep record: {Path(record.sweep_dir) / 'sweep.json'} · MLflow UI: "
+                  f"{record.mlflow.get('ui', '')}")
+
+
+def print_table(record: SweepRecord, console: Console) -> None:
+    """The headlines and the table, a row per candidate (tune prints its trials so)."""
     if record.baseline_misses:
         console.print(f"[bold red]{escape(policy_headline(record).replace('**', ''))}[/]")
     if undecided := undecided_headline(record):
@@ -126,11 +136,6 @@ def print_sweep(record: SweepRecord, console: Console) -> None:
                       "yes" if r.on_front else "", escape(", ".join(r.failing_gates)
                                                           or r.reason))
     console.print(table)
-    rec = record.recommendation
-    verdict = f"recommended: {rec.candidate}" if rec.candidate else "none recommended"
-    console.print(f"[bold]{escape(verdict)}[/] — {escape(rec.reason)}")
-    console.print(f"sweep record: {Path(record.sweep_dir) / 'sweep.json'} · MLflow UI: "
-                  f"{record.mlflow.get('ui', '')}")
 
 
 DECISION_STYLE = {"promote": ("o", "#2ca02c"), "inconclusive": ("s", "#ff7f0e"),

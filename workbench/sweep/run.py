@@ -56,7 +56,7 @@ from workbench.sweep.table import (
 from workbench.tracking.run_log import DESCRIPTION_TAG, RUN_NAME_TAG, tracker_for
 from workbench.tracking.tracker import Tracker
 
-__all__ = ["choose", "generated_tokens", "run_sweep"]
+__all__ = ["baseline_figures", "choose", "evaluate_row", "generated_tokens", "run_sweep"]
 
 
 # ---- figures of one decided candidate, read from its record ---------------------------
@@ -160,12 +160,12 @@ def _measure_all(plans: list[Plan], cluster: Cluster | None, sweep_dir: Path,
     objective, quality = plans[0].policy.sweep.objective, plans[0].policy.sweep.quality
     if cluster is not None:
         return fan_out(plans, cluster, remeasure, console, lambda p, m, task: replace(
-            _evaluate_one(p, inside(sweep_dir, p.candidate_name), console, remeasure,
+            evaluate_row(p, inside(sweep_dir, p.candidate_name), console, remeasure,
                           tracker, objective, quality, m), ray_task=RayTask(**task)))
     rows = []
     for i, p in enumerate(plans, 1):
         console.rule(f"candidate {i} of {len(plans)}: {p.candidate_name}")
-        rows.append(_evaluate_one(p, inside(sweep_dir, p.candidate_name), console,
+        rows.append(evaluate_row(p, inside(sweep_dir, p.candidate_name), console,
                                   remeasure, tracker, objective, quality))
     return rows
 
@@ -180,7 +180,7 @@ def _sweep_record(cfg: RunConfig, device: str, policy: GatePolicy, rows: list[Sw
         objective=objective, quality=quality,
         quality_measure=f"{QUALITY_LABEL[quality]} (policy sweep.quality: {quality}, "
                         f"confidence {policy.confidence})",
-        baseline=_baseline_figures(rows, objective), rows=rows, front=front,
+        baseline=baseline_figures(rows, objective), rows=rows, front=front,
         recommendation=recommendation, sweep_dir=str(sweep_dir),
         created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         wall_time_s=round(time.perf_counter() - started, 1),
@@ -201,7 +201,7 @@ def _join(cfg: RunConfig, names: list[str], outputs: Outputs, address: str) -> C
     return connect(address)
 
 
-def _evaluate_one(p: Plan, run_dir: Path, console: Console, remeasure: bool,
+def evaluate_row(p: Plan, run_dir: Path, console: Console, remeasure: bool,
                   parent: Tracker, objective: Objective, quality: QualityMeasure,
                   measured_in: Callable[[Path], Any] | None = None) -> SweepRow:
     """measured_in: what a Ray task measured, handed over into run_dir (fanout.py);
@@ -222,7 +222,7 @@ def _evaluate_one(p: Plan, run_dir: Path, console: Console, remeasure: bool,
                   not rec.reused.get("measurement_pair", False))
 
 
-def _baseline_figures(rows: list[SweepRow], objective: Objective) -> dict[str, float | None]:
+def baseline_figures(rows: list[SweepRow], objective: Objective) -> dict[str, float | None]:
 
     decided = next((r for r in rows if r.status == "decided"), None)
     if decided is None:

@@ -3,14 +3,16 @@
 
 from __future__ import annotations
 
-from workbench.config.run_config import Candidate
+from workbench.config.run_config import Candidate, RunConfig
 from workbench.quantize.sensitivity import Sensitivity, keep_blocks_ignore
 
-__all__ = ["trial_candidate", "trial_name"]
+__all__ = ["trial_candidate", "trial_config", "trial_name"]
 
 
 def trial_name(name: str, kept: int) -> str:
-    return f"{name}-keep{kept}"
+    """k = 0 is the candidate as the config states it, under its own name, so that its
+    measurement beside the baseline (cached by an evaluate or a sweep) is found again."""
+    return name if kept == 0 else f"{name}-keep{kept}"
 
 
 def trial_candidate(cand: Candidate, sensitivity: Sensitivity, kept: int) -> Candidate:
@@ -22,3 +24,10 @@ def trial_candidate(cand: Candidate, sensitivity: Sensitivity, kept: int) -> Can
         return cand
     return cand.model_copy(update={"ignore": [*cand.ignore, entry]})
 
+
+def trial_config(cfg: RunConfig, name: str, sensitivity: Sensitivity, kept: int
+                 ) -> tuple[RunConfig, str]:
+    """The run's config with the trial among its candidates, and the trial's name."""
+    trial = trial_name(name, kept)
+    cand = trial_candidate(cfg.candidates[name], sensitivity, kept)
+    return cfg.model_copy(update={"candidates": {**cfg.candidates, trial: cand}}), trial

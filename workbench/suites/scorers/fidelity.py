@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import math
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -137,8 +138,12 @@ def generation_agreement(base: dict[str, dict], cand: dict[str, dict],
 
 
 def compare_fidelity(suite: str, baseline_file: Path, candidate_file: Path,
-                     slices_by_id: dict[str, tuple[str, ...]]) -> FidelityResult:
+                     slices_by_id: dict[str, tuple[str, ...]],
+                     keep: Callable[[str], bool] | None = None) -> FidelityResult:
+    """keep: which item ids count (a split's half, suites/split.py); None: all."""
     base, cand = _read(baseline_file), _read(candidate_file)
+    if keep is not None:
+        base = {i: row for i, row in base.items() if keep(i)}
     kls: list[float] = []
     agree = 0
     nll = {"baseline": 0.0, "candidate": 0.0}

@@ -7,98 +7,45 @@ traceback instead.
 
 from __future__ import annotations
 
-import functools
-import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import click
-from rich.console import Console
-from rich.markup import escape
 
-from workbench.config.run_config import RunConfig, load_config
-from workbench.mechanisms.errors import InfraError, InputError, WorkbenchError
+from workbench.cli.options import (
+    candidate_job,
+    config_option,
+    console,
+    debug_option,
+    endpoint_options,
+    handle_errors,
+    junit_option,
+    load_run_config,
+    outputs_of,
+    profile_option,
+    remeasure_option,
+    resolve_config,
+    runs_option,
+    summary_option,
+    write_ci_outputs,
+)
+from workbench.cli.tune import tune
+from workbench.config.run_config import load_config
+from workbench.mechanisms.errors import InputError
 from workbench.mechanisms.files import inside
-from workbench.mechanisms.paths import SHIPPED
 from workbench.mechanisms.processes import install_sigterm_as_interrupt
 from workbench.pipeline.coverage import coverage_lines
 from workbench.pipeline.evaluate import run_evaluate
 from workbench.pipeline.gate import regate_stored
 from workbench.pipeline.log import log_stored_run
 from workbench.pipeline.quantize import run_quantize
-from workbench.plan.plan import Outputs, check_candidates, check_config, check_outputs, plan
-from workbench.record.render import print_decision, render_summary, write_junit, write_record
+from workbench.plan.plan import check_candidates, check_config, check_outputs, plan
+from workbench.record.render import print_decision, write_record
 from workbench.serve.engine import EngineServer
 from workbench.suites.definition import SUITES_ROOT, load_suite
 from workbench.sweep.run import run_sweep
 
 __all__ = ["main"]
-
-DEFAULT_CONFIG = "configs/default.yaml"
-console = Console(highlight=False, soft_wrap=True)
-if not console.is_terminal:
-    console.width = 160  # CI logs: rich's 80-column default folds the gate table badly
-err_console = Console(stderr=True, highlight=False)
-
-
-def _config_path(value: str) -> Path:
-    """The config as given; the shipped default also resolves from outside the checkout."""
-    path = Path(value)
-    if not path.exists() and value == DEFAULT_CONFIG:
-        return SHIPPED / DEFAULT_CONFIG
-    return path
-
-
-def handle_errors(fn: Callable[..., int | None]) -> Callable[..., None]:
-    @functools.wraps(fn)
-    def wrapper(*args: Any, debug: bool = False, **kwargs: Any) -> None:
-        try:
-            code = fn(*args, **kwargs) or 0
-        except WorkbenchError as err:
-            if debug:
-                raise
-            problems = err.problems if isinstance(err, InputError) else [str(err)]
-            for line in problems:
-                err_console.print(f"[red]error:[/] {line}", soft_wrap=True)
-            code = err.exit_code
-        except KeyboardInterrupt as err:
-            err_console.print(
-                "[yellow]interrupted[/]: engine stopped; anything measured so far is kept")
-            code = 128 + getattr(err, "signum", 2)  # Ctrl-C 130, SIGTERM 143, as a shell has
-        except Exception as err:  # noqa: BLE001 - a crash must never read as "reject" (1)
-            if debug:
-                raise
-            err_console.print(f"[red]error:[/] unexpected {type(err).__name__}: "
-                              f"{escape(str(err))} (rerun with --debug for the traceback)",
-                              soft_wrap=True)
-            code = InfraError.exit_code
-        sys.exit(code)
-
-    return wrapper
-
-
-config_option = click.option(
-    "--config", "config_path", default=DEFAULT_CONFIG, show_default=True,
-    help="Run configuration (YAML).",
-)
-candidate_option = click.option(
-    "--candidate", required=True, help="Candidate name from the config's 'candidates'.",
-)
-runs_option = click.option(
-    "--runs-dir", type=click.Path(path_type=Path), default=Path("runs"), show_default=True,
-    help="Where run folders (stage results, logs, decision record) are written.",
-)
-debug_option = click.option("--debug", is_flag=True, help="Show tracebacks on errors.")
-
-
-def candidate_job(fn: Callable[..., int | None]) -> Callable[..., None]:
-    """The options and error handling shared by commands that work on one candidate."""
-    command = handle_errors(fn)
-    for option in (debug_option, runs_option, candidate_option, config_option):
-        command = option(command)
-    return command
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -109,47 +56,6 @@ def main() -> None:
     candidate through vLLM, evaluate and load-test both, gate, record, log to MLflow.
     Exit codes: 0 promote, 1 reject or inconclusive, 2 invalid input, 3 infrastructure.
     """
-
-
-# Output paths are checked by the plan (plan/plan.py: one line, exit 2), not by click.
-junit_option = click.option("--junit", type=click.Path(path_type=Path),
-                            default=None, help="Also write JUnit XML: one test case per gate.")
-summary_option = click.option("--summary", type=click.Path(path_type=Path),
-                              default=None, help="Also write a short Markdown summary (for a "
-                                                 "CI job summary, e.g. $GITHUB_STEP_SUMMARY).")
-
-
-remeasure_option = click.option(
-    "--remeasure", is_flag=True, help="Measure the candidate and its baseline's load again "
-    "even when a measurement of the same inputs is cached (the baseline's suite results, "
-    "deterministic for the same weights, are still reused).")
-
-
-profile_option = click.option(
-    "--profile", type=click.Choice(["smoke", "full"]), default=None,
-    help="Run the suites' smoke sample or every item, instead of the config's profile "
-    "(full decides gates the smoke sizes leave inconclusive; docs/gates.md).")
-
-
-def endpoint_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """--baseline-endpoint / --candidate-endpoint: a side measured where it is already
-    served (its key and model from the config's endpoints.<side>, if any)."""
-    for side in ("candidate", "baseline"):
-        fn = click.option(f"--{side}-endpoint", f"{side}_endpoint", default=None,
-                          metavar="URL", help=f"Measure the {side} at this running "
-                          f"OpenAI-compatible vLLM server instead of serving it here (the "
-                          f"API key's variable: endpoints.{side}.api_key_env).")(fn)
-    return fn
-
-
-def write_ci_outputs(rec: Any, junit: Path | None, summary: Path | None) -> None:
-
-    if junit is not None:
-        write_junit(rec, junit)
-    if summary is not None:
-        summary.parent.mkdir(parents=True, exist_ok=True)
-        with summary.open("a") as out:  # appending: a CI summary file may hold other steps
-            out.write(render_summary(rec))
 
 
 @main.command()
@@ -175,26 +81,12 @@ def evaluate(config_path: str, candidate: str, runs_dir: Path, load_profile: str
     """
 
     install_sigterm_as_interrupt()
-    cfg = _load(config_path, load_profile, baseline_endpoint, candidate_endpoint, profile)
-    rec = run_evaluate(cfg, candidate, runs_dir, console, _outputs(runs_dir, junit, summary),
+    cfg = load_run_config(config_path, load_profile, baseline_endpoint, candidate_endpoint, profile)
+    rec = run_evaluate(cfg, candidate, runs_dir, console, outputs_of(runs_dir, junit, summary),
                        remeasure)
     write_ci_outputs(rec, junit, summary)
     return rec.exit_code
 
-
-def _load(config_path: str, load_profile: str | None, baseline_endpoint: str | None = None,
-          candidate_endpoint: str | None = None, profile: str | None = None) -> RunConfig:
-    cfg = load_config(_config_path(config_path))
-    if profile is not None:
-        cfg = cfg.with_profile(profile)  # type: ignore[arg-type]  # click.Choice checked it
-    if baseline_endpoint is not None or candidate_endpoint is not None:
-        cfg = cfg.with_endpoints(baseline_endpoint, candidate_endpoint)
-    return cfg.with_load_profile(load_profile) if load_profile is not None else cfg
-
-
-def _outputs(runs_dir: Path | None, junit: Path | None, summary: Path | None) -> Any:
-
-    return Outputs(runs_dir=runs_dir, files={"--junit": junit, "--summary": summary})
 
 
 @main.command()
@@ -218,7 +110,7 @@ def gate(run_dir: Path, policy: Path | None, out: Path | None, junit: Path | Non
 
     rec, _ = regate_stored(run_dir, policy)  # every stored input read and checked first
     target = out or inside(run_dir, f"gate-{(policy or Path('stored')).stem}")
-    problems = check_outputs(_outputs(target, junit, summary))
+    problems = check_outputs(outputs_of(target, junit, summary))
     if problems:
         raise InputError(problems[0], problems)
     target.mkdir(parents=True, exist_ok=True)
@@ -247,7 +139,7 @@ def quantize(config_path: str, candidates: tuple[str, ...], all_candidates: bool
 
     if all_candidates == bool(candidates):
         raise InputError("give --candidate NAME (repeatable) or --all")
-    cfg = load_config(_config_path(config_path))
+    cfg = load_config(resolve_config(config_path))
     names = list(cfg.candidates) if all_candidates else list(dict.fromkeys(candidates))
     run_quantize(cfg, names, runs_dir, console)  # checks every input first
     return 0
@@ -286,7 +178,7 @@ def sweep(config_path: str, candidates: tuple[str, ...], all_candidates: bool,
     if all_candidates == bool(candidates):
         raise InputError("give --candidate NAME (repeatable) or --all")
     install_sigterm_as_interrupt()
-    cfg = _load(config_path, None, profile=profile)
+    cfg = load_run_config(config_path, None, profile=profile)
     names = list(cfg.candidates) if all_candidates else list(dict.fromkeys(candidates))
     return run_sweep(cfg, names, runs_dir, console, include_slow, remeasure,
                      ray_address).exit_code
@@ -303,8 +195,8 @@ def serve(config_path: str, candidate: str | None, runs_dir: Path) -> int:
     """Start vLLM for the baseline or a candidate and keep it up until Ctrl-C, for poking."""
 
     install_sigterm_as_interrupt()
-    cfg = load_config(_config_path(config_path))
-    check_candidates(cfg, [candidate] if candidate else [], _outputs(runs_dir, None, None),
+    cfg = load_config(resolve_config(config_path))
+    check_candidates(cfg, [candidate] if candidate else [], outputs_of(runs_dir, None, None),
                      serving=True)
     model_dir = cfg.model.resolved_path(cfg.base_dir)
     name, extra = cfg.model.name, []
@@ -351,9 +243,9 @@ def validate(config_path: str, candidate: str | None, load_profile: str | None,
     output paths; report every problem at once. Runs the very checks `evaluate` runs, so a
     config that passes here is not refused there; writes and starts nothing."""
 
-    path = _config_path(config_path)
-    cfg = _load(config_path, load_profile, baseline_endpoint, candidate_endpoint, profile)
-    outputs = _outputs(runs_dir, junit, summary)
+    path = resolve_config(config_path)
+    cfg = load_run_config(config_path, load_profile, baseline_endpoint, candidate_endpoint, profile)
+    outputs = outputs_of(runs_dir, junit, summary)
     if candidate is not None:
         p = plan(cfg, candidate, outputs)  # evaluate's own check
         policy, suites, checked = p.policy, p.suites, f"candidate {candidate}"
@@ -395,5 +287,4 @@ def log_command(run_dir: Path) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    main()
+main.add_command(tune)  # in a module of its own (cli/tune.py), with the shared options

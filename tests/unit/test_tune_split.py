@@ -1,0 +1,94 @@
+"""Tune's halves of the items and its record: the search and confirmation halves partition
+every suite, a result restricted to a half is summed up again from its items alone, tune's
+own input errors exit 2 with nothing written, and tune.json matches its published schema."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from click.testing import CliRunner
+from hypothesis import given
+from hypothesis import strategies as st
+
+from workbench.cli import main
+from workbench.suites.definition import load_suite
+from workbench.suites.results import ItemResult, summarise
+from workbench.suites.split import ItemSplit
+from workbench.sweep.table import SweepRecord, SweepRow, rank
+from workbench.tune.record import (
+    SCHEMA_FILE,
+    Outcome,
+    SensitivityJson,
+    TuneRecord,
+    tune_schema,
+    validate_tune,
+    write_tune,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+DEFAULT = REPO / "configs" / "default.yaml"
+
+
+@given(ids=st.sets(st.text(min_size=1, max_size=12), max_size=60), seed=st.integers(0, 9))
+def test_the_two_halves_partition_the_items(ids: set[str], seed: int) -> None:
+    search, confirm = ItemSplit("search", seed), ItemSplit("confirm", seed)
+    for item_id in ids:
+        assert search.keeps(item_id) != confirm.keeps(item_id)
+
+
+def test_the_halves_are_near_even_and_fixed_by_the_seed() -> None:
+    ids = [f"item-{i}" for i in range(2000)]
+    kept = [i for i in ids if ItemSplit("search", 0).keeps(i)]
+    assert 900 < len(kept) < 1100
+    assert kept == [i for i in ids if ItemSplit("search", 0).keeps(i)]
+    assert kept != [i for i in ids if ItemSplit("search", 1).keeps(i)]
+
+
+def test_a_restricted_result_is_summed_up_from_its_half_alone(tmp_path: Path) -> None:
+    suite = load_suite("arithmetic")
+    items = [ItemResult(it.id, tuple(it.slices), "h", "r", float(n % 3 == 0), 0.1, 4)
+             for n, it in enumerate(suite.items)]
+    whole = summarise(suite, items, tmp_path / "items.jsonl")
+    half = ItemSplit("search").restrict(whole, suite)
+    expected = [i for i in items if ItemSplit("search").keeps(i.id)]
+    assert half.n == len(expected) < whole.n
+    assert half.accuracy == sum(i.score for i in expected) / len(expected)
+    assert sum(s["n"] for s in half.slices.values()) <= sum(
+        s["n"] for s in whole.slices.values())
+
+
+def test_tune_refuses_a_recipe_without_an_integer_grid_and_a_bad_budget(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    result = CliRunner().invoke(main, ["tune", "--config", str(DEFAULT), "--candidate", "int8",
+                                       "--runs-dir", str(runs)])
+    assert result.exit_code == 2
+    assert "candidates.int8: layer sensitivity needs an integer weight recipe" in result.output
+    result = CliRunner().invoke(main, ["tune", "--config", str(DEFAULT), "--candidate", "int4",
+                                       "--runs-dir", str(runs), "--max-trials", "0"])
+    assert result.exit_code == 2 and "--max-trials: 0 (at least 1)" in result.output
+    assert not runs.exists()
+
+
+def test_the_tune_record_matches_its_published_schema(tmp_path: Path) -> None:
+    # `python -m workbench.tune.record` rewrites the file when the types change
+    assert json.loads(SCHEMA_FILE.read_text()) == tune_schema()
+    rows = [SweepRow("int4", "decided", decision="reject", quality=-0.3, efficiency=80e6,
+                     failing_gates=["fidelity:heldout-text:kl_mean"]),
+            SweepRow("int4-keep1", "decided", decision="promote", quality=-0.01,
+                     efficiency=90e6)]
+    front, recommendation = rank(rows, "weights")
+    trials = SweepRecord("m", "cpu", "gates.yaml", "weights", "worst_lower_bound", "words",
+                         {"weights": 270e6}, rows, front, recommendation, str(tmp_path), "now")
+    sens = SensitivityJson(method="kl", bits=4, group_size=64, passages=8, tokens=900,
+                           ranked=[{"block": 2, "kl_mean": 0.7, "top1_agreement": 0.3}],
+                           seconds=3.0, cache_hit=False)
+    record = TuneRecord("m", "int4", "cpu", "gates.yaml", sens,
+                        {"int4": [], "int4-keep1": [2]}, trials, "settled", 6, 2.0, "halves",
+                        rows[1], Outcome("confirmed", "why", "int4-keep1", [2]),
+                        str(tmp_path), "now")
+    write_tune(tmp_path, record)
+    data = json.loads((tmp_path / "tune.json").read_text())
+    validate_tune(data)
+    assert data["exit_code"] == 0 and (tmp_path / "tune.png").is_file()
+    assert "**Tuned: `int4-keep1`** keeps blocks [2]" in (tmp_path / "tune.md").read_text()

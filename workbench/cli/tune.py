@@ -1,0 +1,42 @@
+"""`workbench tune`: the cheapest variant of a candidate's recipe that the policy promotes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from workbench.cli.options import (
+    candidate_job,
+    console,
+    load_run_config,
+    profile_option,
+)
+from workbench.mechanisms.processes import install_sigterm_as_interrupt
+from workbench.tune.run import Budget, run_tune
+
+__all__ = ["tune"]
+
+
+@click.command()
+@click.option("--max-trials", type=int, default=6, show_default=True,
+              help="At most this many trials (each a candidate built and evaluated).")
+@click.option("--max-hours", type=float, default=2.0, show_default=True,
+              help="Start no trial that the last one's time says would end past this.")
+@profile_option
+@candidate_job
+def tune(config_path: str, candidate: str, runs_dir: Path, max_trials: int,
+         max_hours: float, profile: str | None) -> int:
+    """Search for the cheapest variant of a rejected candidate that the policy promotes.
+
+    Ranks the candidate's decoder blocks by layer sensitivity, then evaluates trials that
+    keep the k most sensitive blocks in 16-bit (k = 0, 1, 2, 4, ... then bisection), each
+    judged by the policy's gates on the search half of every suite's items; the chosen
+    trial is judged again on the held-out half. Writes tune.json, tune.md, a plot and the
+    recipe file. Every trial is cached by content: run it again to resume. Exit 0 with a
+    confirmed recipe, 1 without, 2 bad input, 3 when a trial's measurement failed.
+    """
+
+    install_sigterm_as_interrupt()
+    cfg = load_run_config(config_path, None, profile=profile)
+    return run_tune(cfg, candidate, runs_dir, console, Budget(max_trials, max_hours)).exit_code

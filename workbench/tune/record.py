@@ -1,0 +1,171 @@
+"""A tune written out: tune.json (the contract, with a published schema), tune.md and the
+trial plot. The trials are a sweep's table (sweep/table.py): a row per trial read from its
+decision record, quality retained against weights bytes, the front of the trials not
+rejected; tune adds the blocks each kept, the sensitivity ranking, why the search stopped,
+the confirmation on the held-out half and what it hands back.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from rich.console import Console
+from rich.markup import escape
+from typing_extensions import TypedDict
+
+from workbench.mechanisms.errors import EXIT_INFRA, EXIT_PROMOTE, EXIT_REJECT
+from workbench.mechanisms.files import write_json
+from workbench.mechanisms.json_schema import published_schema
+from workbench.record.sections import MlflowSection
+from workbench.sweep.report import plot_pareto, print_table, render_sweep
+from workbench.sweep.table import SweepRecord, SweepRow
+
+__all__ = ["SCHEMA_FILE", "TUNE_PLOT", "TUNE_SCHEMA_VERSION", "Outcome", "TuneRecord",
+           "print_tune", "render_tune", "tune_schema", "write_tune"]
+
+TUNE_SCHEMA_VERSION = 1
+SCHEMA_FILE = Path(__file__).with_name(f"tune-v{TUNE_SCHEMA_VERSION}.schema.json")
+TUNE_PLOT = "tune.png"
+
+
+class BlockJson(TypedDict):
+    block: int
+    kl_mean: float
+    top1_agreement: float
+
+
+class SensitivityJson(TypedDict):
+    method: str  # how each block was scored, in words
+    bits: int
+    group_size: int
+    ranked: list[BlockJson]  # every decoder block, the most sensitive first
+    passages: int
+    tokens: int
+    seconds: float  # the worker's time when it was measured
+    cache_hit: bool
+
+
+@dataclass
+class Outcome:
+    """What the tune hands back."""
+
+    status: Literal["confirmed", "not_confirmed", "none_promoted", "failed"]
+    reason: str  # in words: the recipe and why, or why there is none
+    trial: str | None = None  # the chosen trial (the cheapest the search promoted)
+    kept: list[int] = field(default_factory=list)  # its blocks kept in 16-bit
+    recipe_file: str | None = None  # its llm-compressor recipe, usable as `recipe_file:`
+    candidate_file: str | None = None  # a `candidates:` entry that names it
+    confirmation_dir: str | None = None  # its decision on the held-out half
+    still_failing: list[str] = field(default_factory=list)  # none passed: the best's gates
+
+
+@dataclass
+class TuneRecord:
+    model: str
+    candidate: str
+    device: str
+    policy: str
+    sensitivity: SensitivityJson
+    kept: dict[str, list[int]]  # trial -> the blocks it keeps in 16-bit
+    trials: SweepRecord  # each trial judged on the search half of the items
+    stopped: str  # why the search stopped, in words
+    max_trials: int
+    max_hours: float
+    protection: str  # how the final decision was kept from the selection, in words
+    confirmation: SweepRow | None  # the chosen trial judged on the held-out half
+    outcome: Outcome
+    tune_dir: str
+    created_at: str
+    wall_time_s: float = 0.0
+    plots: dict[str, str] = field(default_factory=dict)
+    mlflow: MlflowSection = field(default_factory=lambda: MlflowSection())
+    schema_version: int = TUNE_SCHEMA_VERSION
+
+    @property
+    def exit_code(self) -> int:
+        if self.outcome.status == "failed":
+            return EXIT_INFRA
+        return EXIT_PROMOTE if self.outcome.status == "confirmed" else EXIT_REJECT
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "exit_code": self.exit_code}
+
+
+def tune_schema() -> dict:
+    return published_schema(TuneRecord, "tune", TUNE_SCHEMA_VERSION, {
+        0: "a recipe was promoted by the search and confirmed on held-out items",
+        1: "none was promoted within the budget, or the choice was not confirmed",
+        3: "a trial's measurement failed (the trials before it are kept)"})
+
+
+def validate_tune(record: dict) -> None:
+    """Raise jsonschema.ValidationError when a tune.json breaks the published schema."""
+    import jsonschema
+
+    jsonschema.validate(record, json.loads(SCHEMA_FILE.read_text()))
+
+
+def write_tune(tune_dir: Path, record: TuneRecord) -> None:
+    """tune.json, tune.md and the plot; written after every trial, so an interrupted
+    tune leaves its table so far."""
+    path = plot_pareto(record.trials, tune_dir / TUNE_PLOT)
+    if path is not None:
+        record.plots = {"quality retained vs weights (trials, search half)": path.name}
+    write_json(tune_dir / "tune.json", record.to_dict())
+    (tune_dir / "tune.md").write_text(render_tune(record))
+
+
+def _headline(record: TuneRecord) -> str:
+    out = record.outcome
+    if out.status == "confirmed":
+        return (f"**Tuned: `{out.trial}`** keeps blocks {out.kept} of `{record.candidate}` in "
+                f"16-bit; promoted on the search half and confirmed on the held-out half.")
+    return f"**No tuned recipe** ({out.status.replace('_', ' ')})."
+
+
+def render_tune(record: TuneRecord) -> str:
+    sens = record.sensitivity
+    ranked = ", ".join(f"{b['block']} ({b['kl_mean']:.3g})" for b in sens["ranked"][:8])
+    lines = [f"# Tune of `{record.candidate}` on `{record.model}` ({record.device})", "",
+             _headline(record), "", record.outcome.reason, ""]
+    if record.outcome.recipe_file:
+        lines += [f"Recipe: `{record.outcome.recipe_file}`; as a candidate: "
+                  f"`{record.outcome.candidate_file}`.", ""]
+    lines += [f"Search: {record.stopped} (budget {record.max_trials} trials, "
+              f"{record.max_hours:g} h; wall time {record.wall_time_s:.0f} s).", "",
+              f"Selection: {record.protection}", "",
+              f"Sensitivity ({sens['method']}), most sensitive first, KL in brackets: "
+              f"{ranked}{' …' if len(sens['ranked']) > 8 else ''}"
+              f"{' (cached)' if sens['cache_hit'] else ''}.", "",
+              "Blocks kept per trial: " + "; ".join(
+                  f"`{t}` {blocks or 'none'}" for t, blocks in record.kept.items()), "",
+              "## Trials (judged on the search half)", "",
+              render_sweep(record.trials).split("\n", 2)[2]]
+    if record.confirmation is not None:
+        c = record.confirmation
+        lines += ["## Confirmation (the held-out half)", "",
+                  f"`{c.candidate}`: **{c.decision}**"
+                  + (f"; failing: {', '.join(c.failing_gates)}" if c.failing_gates else "")
+                  + (f"; inconclusive: {', '.join(c.inconclusive_gates)}"
+                     if c.inconclusive_gates else "") + f" (record: `{c.run_dir}`).", ""]
+    return "\n".join(lines) + "\n"
+
+
+def print_tune(record: TuneRecord, console: Console) -> None:
+    print_table(record.trials, console)
+    out = record.outcome
+    colour = "green" if out.status == "confirmed" else "yellow"
+    console.print(f"[bold {colour}]{escape(_headline(record).replace('**', ''))}[/] "
+                  f"{escape(out.reason)}")
+    if out.recipe_file:
+        console.print(f"recipe: {out.recipe_file} · candidate entry: {out.candidate_file}")
+    console.print(f"tune record: {Path(record.tune_dir) / 'tune.json'} · MLflow UI: "
+                  f"{record.mlflow.get('ui', '')}")
+
+
+if __name__ == "__main__":
+    SCHEMA_FILE.write_text(json.dumps(tune_schema(), indent=2) + "\n")
+    print(f"wrote {SCHEMA_FILE}")
