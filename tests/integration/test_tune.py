@@ -8,7 +8,11 @@ the tune measures nothing.
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -98,3 +102,33 @@ def test_tune_keeps_the_fragile_block_and_confirms_it_on_held_out_items(
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     assert "engine healthy" not in again.stdout and "measuring" not in again.stdout
     assert again.stdout.count("reused the pair measured together") == 3  # 2 trials + confirm
+
+
+def test_an_engine_killed_in_a_trial_ends_the_tune_with_exit_3_and_keeps_the_trials(
+        fragile_model: Path, tmp_path: Path) -> None:
+    """The engine of the second trial SIGKILLed: exit 3, the first trial's decision and the
+    table so far kept, the failed trial named, MLflow's tune run FAILED, nothing left."""
+    from test_faults import ENGINE, finish, mlflow_status, no_process_left, pids, wait_for
+
+    (tmp_path / "gates.yaml").write_text(GATES)
+    # other load sizes than the first test: a pair of its own to measure, artifacts shared
+    (tmp_path / "c.yaml").write_text(CONFIG.format(model=fragile_model, repo=REPO).replace(
+        "num_prompts: 4", "num_prompts: 6"))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "workbench.cli", "tune", "--candidate", "int4", "--config",
+         "c.yaml", "--runs-dir", "runs"], cwd=tmp_path, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, env=os.environ)
+    trial = wait_for(lambda: pids("served-model-name fragile-int4-keep1"), proc,
+                     what="the second trial's engine")
+    for pid in trial:
+        os.kill(pid, signal.SIGKILL)
+    code, out, err = finish(proc, timeout=600)
+    assert code == 3, out[-3000:] + err[-3000:]
+    assert "tune stopped: trial int4-keep1 failed" in err
+    record = json.loads(next((tmp_path / "runs").glob("*-tune-int4/tune.json")).read_text())
+    validate_tune(record)
+    rows = {r["candidate"]: r["status"] for r in record["trials"]["rows"]}
+    assert rows == {"int4": "decided", "int4-keep1": "failed"}
+    assert record["outcome"]["status"] == "failed" and record["exit_code"] == 3
+    assert mlflow_status(tmp_path / "mlflow.db", "tune") == ["FAILED"]  # the tune run
+    no_process_left(ENGINE)

@@ -142,6 +142,9 @@ def test_bad_input_is_refused_up_front_by_evaluate_and_validate(project: Project
     validated = project.run("validate", "--candidate", "int4", "--config", cfg)
     _assert_refused(validated, keys, before, project)
     assert validated.stderr == evaluated.stderr  # the same checks, the same words
+    tuned = project.run("tune", "--candidate", "int4", "--config", cfg)
+    _assert_refused(tuned, keys, before, project)
+    assert tuned.stderr == evaluated.stderr  # tune runs evaluate's checks first
     everything = project.run("validate", "--config", cfg)
     _assert_refused(everything, keys, before, project)
 

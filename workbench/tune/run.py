@@ -24,7 +24,7 @@ from rich.markup import escape
 
 from workbench.config.gate_policy import Objective
 from workbench.config.run_config import RunConfig
-from workbench.mechanisms.errors import InputError
+from workbench.mechanisms.errors import InfraError, InputError
 from workbench.mechanisms.files import inside, new_run_dir
 from workbench.plan.plan import Outputs, Plan, plan
 from workbench.quantize.sensitivity import (
@@ -121,6 +121,10 @@ def run_tune(cfg: RunConfig, name: str, runs_root: Path, console: Console,
                          tracker)
         write_tune(tune_dir, record)
         _log_tune(tracker, record, tune_dir)
+        if record.outcome.status == "failed":  # exit 3, the MLflow run marked failed
+            print_tune(record, console)
+            raise InfraError(f"tune stopped: {record.outcome.reason}; the trials so far are "
+                             f"in {tune_dir / 'tune.json'} (run tune again to resume)")
     record.mlflow.update(tracker.status())
     write_tune(tune_dir, record)
     print_tune(record, console)
@@ -146,9 +150,9 @@ def _trial(p: Plan, sens: Sensitivity, kept: int, tune_dir: Path, console: Conso
     trial = p.variant(cfg, name, ItemSplit("search" if part == "search" else "confirm",
                                            p.cfg.seed))
     blocks = sens.ranked()[:kept]
-    console.rule(f"{'trial' if part == 'search' else 'confirmation'} {name}: "
-                 f"{kept} block(s) kept in 16-bit {blocks if blocks else ''}, judged on the "
-                 f"{part} half")
+    kept_text = f"blocks {blocks} kept in 16-bit" if blocks else "the recipe as stated"
+    console.rule(f"{'trial' if part == 'search' else 'confirmation'} {name}: {kept_text}, "
+                 f"judged on the {part} half")
     folder = inside(tune_dir, name if part == "search" else f"confirm-{name}")
     return evaluate_row(trial, folder, console, False, tracker, OBJECTIVE,
                         p.policy.sweep.quality)
@@ -207,6 +211,7 @@ def _record(p: Plan, sens: Sensitivity, search: _Search, confirmation: SweepRow 
         baseline=baseline_figures(rows, OBJECTIVE), rows=rows, front=front,
         recommendation=recommendation, sweep_dir=str(tune_dir),
         created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        wall_time_s=round(time.perf_counter() - started, 1),
         baseline_misses=sorted({g for r in rows for g in r.baseline_misses}))
     ranked = sorted(sens.blocks, key=lambda b: (-b.kl_mean, b.block))
     return TuneRecord(
