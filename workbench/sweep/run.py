@@ -56,7 +56,8 @@ from workbench.sweep.table import (
 from workbench.tracking.run_log import DESCRIPTION_TAG, RUN_NAME_TAG, tracker_for
 from workbench.tracking.tracker import Tracker
 
-__all__ = ["baseline_figures", "choose", "evaluate_row", "generated_tokens", "run_sweep"]
+__all__ = ["baseline_figures", "choose", "evaluate_row", "generated_tokens", "run_sweep",
+           "table_record"]
 
 
 # ---- figures of one decided candidate, read from its record ---------------------------
@@ -173,20 +174,29 @@ def _measure_all(plans: list[Plan], cluster: Cluster | None, sweep_dir: Path,
 def _sweep_record(cfg: RunConfig, device: str, policy: GatePolicy, rows: list[SweepRow],
                   sweep_dir: Path, started: float, tracker: Tracker,
                   cluster: Cluster | None) -> SweepRecord:
-    objective, quality = policy.sweep.objective, policy.sweep.quality
+    record = table_record(cfg, device, policy, rows, sweep_dir, started,
+                          policy.sweep.objective, policy.sweep.quality)
+    record.mlflow = MlflowSection(tracking_uri=tracker.uri, run_id=tracker.run_id,
+                                  experiment_id=tracker.experiment_id, ui=tracker.ui_link())
+    record.fanned_out = cluster.where if cluster else None
+    return record
+
+
+def table_record(cfg: RunConfig, device: str, policy: GatePolicy, rows: list[SweepRow],
+                 folder: Path, started: float, objective: Objective,
+                 quality: QualityMeasure, judged_on: str = "") -> SweepRecord:
+    """The rows ranked into a table: the front, the recommendation, the baseline's figures
+    (tune's trials are such a table too; judged_on: which items, when not all)."""
     front, recommendation = rank(rows, objective)
     return SweepRecord(
         model=cfg.model.name, device=device, policy=str(cfg.resolve(cfg.gates)),
         objective=objective, quality=quality,
-        quality_measure=f"{QUALITY_LABEL[quality]} (policy sweep.quality: {quality}, "
-                        f"confidence {policy.confidence})",
+        quality_measure=f"{QUALITY_LABEL[quality]}{judged_on} (policy sweep.quality: "
+                        f"{policy.sweep.quality}, confidence {policy.confidence})",
         baseline=baseline_figures(rows, objective), rows=rows, front=front,
-        recommendation=recommendation, sweep_dir=str(sweep_dir),
+        recommendation=recommendation, sweep_dir=str(folder),
         created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         wall_time_s=round(time.perf_counter() - started, 1),
-        mlflow=MlflowSection(tracking_uri=tracker.uri, run_id=tracker.run_id,
-                             experiment_id=tracker.experiment_id, ui=tracker.ui_link()),
-        fanned_out=cluster.where if cluster else None,
         baseline_misses=sorted({g for r in rows for g in r.baseline_misses}))
 
 

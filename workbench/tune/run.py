@@ -35,8 +35,8 @@ from workbench.quantize.sensitivity import (
 from workbench.record.sections import MlflowSection
 from workbench.record.store import load_record
 from workbench.suites.split import ItemSplit
-from workbench.sweep.run import baseline_figures, evaluate_row
-from workbench.sweep.table import QUALITY_LABEL, SweepRecord, SweepRow, rank
+from workbench.sweep.run import evaluate_row, table_record
+from workbench.sweep.table import SweepRow
 from workbench.tracking.run_log import DESCRIPTION_TAG, RUN_NAME_TAG, tracker_for
 from workbench.tracking.tracker import Tracker
 from workbench.tune.record import (
@@ -202,17 +202,8 @@ def _record(p: Plan, sens: Sensitivity, search: _Search, confirmation: SweepRow 
         quality = "top1_agreement"
         for r in rows:
             r.quality = r.top1_agreement
-    front, recommendation = rank(rows, OBJECTIVE)
-    trials = SweepRecord(
-        model=p.cfg.model.name, device=p.device, policy=str(p.cfg.resolve(p.cfg.gates)),
-        objective=OBJECTIVE, quality=quality,
-        quality_measure=f"{QUALITY_LABEL[quality]} on the search half (policy sweep.quality:"
-                        f" {p.policy.sweep.quality}, confidence {p.policy.confidence})",
-        baseline=baseline_figures(rows, OBJECTIVE), rows=rows, front=front,
-        recommendation=recommendation, sweep_dir=str(tune_dir),
-        created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        wall_time_s=round(time.perf_counter() - started, 1),
-        baseline_misses=sorted({g for r in rows for g in r.baseline_misses}))
+    trials = table_record(p.cfg, p.device, p.policy, rows, tune_dir, started, OBJECTIVE,
+                          quality, " on the search half")
     ranked = sorted(sens.blocks, key=lambda b: (-b.kl_mean, b.block))
     return TuneRecord(
         model=p.cfg.model.name, candidate=p.candidate_name, device=p.device,
