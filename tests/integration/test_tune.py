@@ -104,6 +104,9 @@ def test_tune_keeps_the_fragile_block_and_confirms_it_on_held_out_items(
     assert again.stdout.count("reused the pair measured together") == 3  # 2 trials + confirm
 
 
+# slow: the fault tier's (docs/reliability.md) — three engine sessions for a rule CI checks
+# on evaluate (test_pipeline: an engine killed mid-run); `bash scripts/test.sh -m slow`
+@pytest.mark.slow
 def test_an_engine_killed_in_a_trial_ends_the_tune_with_exit_3_and_keeps_the_trials(
         fragile_model: Path, tmp_path: Path) -> None:
     """The engine of the second trial SIGKILLed: exit 3, the first trial's decision and the
