@@ -92,3 +92,27 @@ def test_the_tune_record_matches_its_published_schema(tmp_path: Path) -> None:
     validate_tune(data)
     assert data["exit_code"] == 0 and (tmp_path / "tune.png").is_file()
     assert "**Tuned: `int4-keep1`** keeps blocks [2]" in (tmp_path / "tune.md").read_text()
+
+
+def test_the_trial_confirmed_is_the_best_promoted_on_the_objective() -> None:
+    """On weights the fewest kept blocks win; on cost a larger k that serves cheaper can;
+    a rejected trial is never picked however cheap it is."""
+    from workbench.sweep.table import rank
+    from workbench.tune.run import Search, pick_trial
+
+    search = Search(rows={
+        0: SweepRow("int4", "decided", decision="reject", quality=-0.3, efficiency=0.1),
+        1: SweepRow("int4-keep1", "decided", decision="promote", quality=-0.02,
+                    efficiency=0.5),
+        2: SweepRow("int4-keep2", "decided", decision="promote", quality=-0.01,
+                    efficiency=0.4)})
+    rows = list(search.rows.values())
+    for objective, expected in (("weights", 1), ("cost", 2)):
+        for r in rows:  # weights grow with k; on cost keep2 happens to serve cheaper
+            r.efficiency = {"int4": 80.0, "int4-keep1": 90.0, "int4-keep2": 100.0}[
+                r.candidate] if objective == "weights" else {
+                "int4": 0.1, "int4-keep1": 0.5, "int4-keep2": 0.4}[r.candidate]
+        front, recommendation = rank(rows, objective)  # type: ignore[arg-type]
+        table = SweepRecord("m", "cpu", "g", objective, "worst_lower_bound",  # type: ignore[arg-type]
+                            "w", {}, rows, front, recommendation, "d", "now")
+        assert pick_trial(search, table) == expected

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import get_args
 
 import click
 
@@ -12,6 +13,7 @@ from workbench.cli.options import (
     load_run_config,
     profile_option,
 )
+from workbench.config.gate_policy import Objective
 from workbench.mechanisms.processes import install_sigterm_as_interrupt
 from workbench.tune.run import Budget, run_tune
 
@@ -23,10 +25,14 @@ __all__ = ["tune"]
               help="At most this many trials (each a candidate built and evaluated).")
 @click.option("--max-hours", type=float, default=2.0, show_default=True,
               help="Start no trial that the last one's time says would end past this.")
+@click.option("--objective", type=click.Choice(get_args(Objective)), default="weights",
+              show_default=True, help="What 'cheapest' means among the trials promoted: "
+              "weights on disk, $ per million output tokens at the SLO, throughput there, "
+              "KV-cache capacity.")
 @profile_option
 @candidate_job
 def tune(config_path: str, candidate: str, runs_dir: Path, max_trials: int,
-         max_hours: float, profile: str | None) -> int:
+         max_hours: float, objective: Objective, profile: str | None) -> int:
     """Search for the cheapest variant of a rejected candidate that the policy promotes.
 
     Ranks the candidate's decoder blocks by layer sensitivity, then evaluates trials that
@@ -39,4 +45,5 @@ def tune(config_path: str, candidate: str, runs_dir: Path, max_trials: int,
 
     install_sigterm_as_interrupt()
     cfg = load_run_config(config_path, None, profile=profile)
-    return run_tune(cfg, candidate, runs_dir, console, Budget(max_trials, max_hours)).exit_code
+    budget = Budget(max_trials, max_hours, objective)
+    return run_tune(cfg, candidate, runs_dir, console, budget).exit_code

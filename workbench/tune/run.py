@@ -36,7 +36,7 @@ from workbench.record.sections import MlflowSection
 from workbench.record.store import load_record
 from workbench.suites.split import ItemSplit
 from workbench.sweep.run import evaluate_row, table_record
-from workbench.sweep.table import SweepRow
+from workbench.sweep.table import OBJECTIVE_LABEL, SweepRecord, SweepRow
 from workbench.tracking.run_log import DESCRIPTION_TAG, RUN_NAME_TAG, tracker_for
 from workbench.tracking.tracker import Tracker
 from workbench.tune.record import (
@@ -51,9 +51,8 @@ from workbench.tune.record import (
 from workbench.tune.schedule import PASS, next_kept
 from workbench.tune.trials import trial_config
 
-__all__ = ["Budget", "check_tune", "run_tune"]
+__all__ = ["Budget", "Search", "check_tune", "pick_trial", "run_tune"]
 
-OBJECTIVE: Objective = "weights"  # keeping a block only ever adds bytes: the search minimises them
 METHOD = ("token KL(baseline || baseline with only this block's Linear weights rounded to "
           "the candidate's grid) on the held-out passages")
 PROTECTION = ("each trial was judged on the search half of every suite's items; the chosen "
@@ -66,10 +65,13 @@ PROTECTION = ("each trial was judged on the search half of every suite's items; 
 class Budget:
     max_trials: int
     max_hours: float
+    # what "cheapest" means among the trials promoted (the table's x-axis too); keeping a
+    # block only ever adds bytes, so on weights the fewest kept blocks win
+    objective: Objective = "weights"
 
 
 @dataclass
-class _Search:
+class Search:
     """The trials so far: each k's row, in the order they ran, and why the search ended."""
 
     rows: dict[int, SweepRow] = field(default_factory=dict)
@@ -114,11 +116,12 @@ def run_tune(cfg: RunConfig, name: str, runs_root: Path, console: Console,
     with tracker_for(cfg, f"tune {name}", tags, console) as tracker:
         sens = _sensitivity(base, tune_dir, console)
         search = _search(base, sens, tune_dir, console, tracker, budget, started)
-        chosen = search.chosen()
-        confirmation = None if chosen is None or search.failed else _trial(
-            base, sens, chosen, tune_dir, console, tracker, "confirm")
-        record = _record(base, sens, search, confirmation, budget, tune_dir, started,
-                         tracker)
+        trials = _table(base, search, tune_dir, started, budget.objective)
+        chosen = None if search.failed else pick_trial(search, trials)
+        confirmation = None if chosen is None else _trial(
+            base, sens, chosen, tune_dir, console, tracker, budget.objective, "confirm")
+        record = _record(base, sens, search, trials, (chosen, confirmation), budget,
+                         tune_dir, started, tracker)
         write_tune(tune_dir, record)
         _log_tune(tracker, record, tune_dir)
         if record.outcome.status == "failed":  # exit 3, the MLflow run marked failed
@@ -144,7 +147,7 @@ def _sensitivity(p: Plan, tune_dir: Path, console: Console) -> Sensitivity:
 
 
 def _trial(p: Plan, sens: Sensitivity, kept: int, tune_dir: Path, console: Console,
-           tracker: Tracker, part: str = "search") -> SweepRow:
+           tracker: Tracker, objective: Objective, part: str = "search") -> SweepRow:
     """One trial through evaluate's stages, judged on one half of the items."""
     cfg, name = trial_config(p.cfg, p.candidate_name, sens, kept)
     trial = p.variant(cfg, name, ItemSplit("search" if part == "search" else "confirm",
@@ -154,15 +157,15 @@ def _trial(p: Plan, sens: Sensitivity, kept: int, tune_dir: Path, console: Conso
     console.rule(f"{'trial' if part == 'search' else 'confirmation'} {name}: {kept_text}, "
                  f"judged on the {part} half")
     folder = inside(tune_dir, name if part == "search" else f"confirm-{name}")
-    return evaluate_row(trial, folder, console, False, tracker, OBJECTIVE,
+    return evaluate_row(trial, folder, console, False, tracker, objective,
                         p.policy.sweep.quality)
 
 
 def _search(p: Plan, sens: Sensitivity, tune_dir: Path, console: Console,
-            tracker: Tracker, budget: Budget, started: float) -> _Search:
+            tracker: Tracker, budget: Budget, started: float) -> Search:
     """k = 0, doubling, bisection (schedule.py) until settled or out of budget; a trial
     whose measurement failed ends it (the ones before it are kept)."""
-    search, last_s = _Search(), 0.0
+    search, last_s = Search(), 0.0
     while True:
         k = next_kept(search.decisions(), len(sens.blocks))
         spent = time.perf_counter() - started
@@ -174,7 +177,7 @@ def _search(p: Plan, sens: Sensitivity, tune_dir: Path, console: Console,
             search.stopped = (f"the budget of {budget.max_hours:g} h would be passed by the "
                               f"next trial ({spent:.0f} s spent, the last took {last_s:.0f} s)")
         else:
-            row = _trial(p, sens, k, tune_dir, console, tracker)
+            row = _trial(p, sens, k, tune_dir, console, tracker, budget.objective)
             search.rows[k] = row
             last_s = (row.evaluate_s or 0.0) if row.measured_now else 0.0
             if row.status != "decided":
@@ -185,7 +188,7 @@ def _search(p: Plan, sens: Sensitivity, tune_dir: Path, console: Console,
         return search
 
 
-def _settled_text(search: _Search) -> str:
+def _settled_text(search: Search) -> str:
     chosen = search.chosen()
     if chosen is None:
         return "every block was kept and no trial was promoted"
@@ -194,16 +197,30 @@ def _settled_text(search: _Search) -> str:
             + (f" ({max(below)} was not)" if below else " (the recipe as stated)"))
 
 
-def _record(p: Plan, sens: Sensitivity, search: _Search, confirmation: SweepRow | None,
-            budget: Budget, tune_dir: Path, started: float, tracker: Tracker) -> TuneRecord:
+def _table(p: Plan, search: Search, tune_dir: Path, started: float,
+           objective: Objective) -> SweepRecord:
+    """The trials as a sweep's table: ranked on the objective, quality retained on the
+    search half (top-1 agreement when the policy gates no paired suite)."""
     rows = [search.rows[k] for k in search.rows]
     quality = p.policy.sweep.quality
-    if all(r.quality is None for r in rows):  # a policy that gates no paired suite
+    if all(r.quality is None for r in rows):
         quality = "top1_agreement"
         for r in rows:
             r.quality = r.top1_agreement
-    trials = table_record(p.cfg, p.device, p.policy, rows, tune_dir, started, OBJECTIVE,
-                          quality, " on the search half")
+    return table_record(p.cfg, p.device, p.policy, rows, tune_dir, started, objective,
+                        quality, " on the search half")
+
+
+def pick_trial(search: Search, trials: SweepRecord) -> int | None:
+    """The trial to confirm: the table's recommendation, the best promoted trial on the
+    objective (None when none was promoted)."""
+    best = trials.recommendation.candidate
+    return next((k for k, r in search.rows.items() if r.candidate == best), None)
+
+
+def _record(p: Plan, sens: Sensitivity, search: Search, trials: SweepRecord,
+            picked: tuple[int | None, SweepRow | None], budget: Budget, tune_dir: Path,
+            started: float, tracker: Tracker) -> TuneRecord:
     ranked = sorted(sens.blocks, key=lambda b: (-b.kl_mean, b.block))
     return TuneRecord(
         model=p.cfg.model.name, candidate=p.candidate_name, device=p.device,
@@ -216,8 +233,8 @@ def _record(p: Plan, sens: Sensitivity, search: _Search, confirmation: SweepRow 
             cache_hit=sens.cache_hit),
         kept={r.candidate: sens.ranked()[:k] for k, r in search.rows.items()},
         trials=trials, stopped=search.stopped, max_trials=budget.max_trials,
-        max_hours=budget.max_hours, protection=PROTECTION, confirmation=confirmation,
-        outcome=_outcome(p, sens, search, confirmation, tune_dir),
+        max_hours=budget.max_hours, protection=PROTECTION, confirmation=picked[1],
+        outcome=_outcome(p, sens, search, picked, tune_dir, budget.objective),
         tune_dir=str(tune_dir),
         created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         wall_time_s=round(time.perf_counter() - started, 1),
@@ -225,11 +242,12 @@ def _record(p: Plan, sens: Sensitivity, search: _Search, confirmation: SweepRow 
                              experiment_id=tracker.experiment_id, ui=tracker.ui_link()))
 
 
-def _outcome(p: Plan, sens: Sensitivity, search: _Search, confirmation: SweepRow | None,
-             tune_dir: Path) -> Outcome:
+def _outcome(p: Plan, sens: Sensitivity, search: Search,
+             picked: tuple[int | None, SweepRow | None], tune_dir: Path,
+             objective: Objective) -> Outcome:
     if search.failed:
         return Outcome("failed", search.stopped)
-    chosen = search.chosen()
+    chosen, confirmation = picked
     if chosen is None or confirmation is None:
         return _none_promoted(search)
     trial = search.rows[chosen].candidate
@@ -242,14 +260,15 @@ def _outcome(p: Plan, sens: Sensitivity, search: _Search, confirmation: SweepRow
                        trial, kept, confirmation_dir=confirmation.run_dir,
                        still_failing=gates)
     recipe, entry = _hand_back(p, trial, Path(confirmation.run_dir), tune_dir)
-    return Outcome("confirmed", f"`{trial}`: the fewest blocks kept ({chosen}) that the "
-                   f"policy promoted, confirmed on the held-out half; weights "
+    return Outcome("confirmed", f"`{trial}` ({chosen} blocks kept): the best "
+                   f"{OBJECTIVE_LABEL[objective]} among the trials "
+                   f"the policy promoted, confirmed on the held-out half; weights "
                    f"{(confirmation.weights_bytes or 0) / 2**20:.0f} MiB "
                    f"({confirmation.compression_ratio or 0:.2f}x smaller than the baseline)",
                    trial, kept, str(recipe), str(entry), confirmation.run_dir)
 
 
-def _none_promoted(search: _Search) -> Outcome:
+def _none_promoted(search: Search) -> Outcome:
     """No trial promoted: the best one (fewest failing gates, then the most kept) and the
     gates it still fails."""
     decided = [(k, r) for k, r in search.rows.items() if r.status == "decided"]
