@@ -120,13 +120,13 @@ def print_sweep(record: SweepRecord, console: Console) -> None:
                   f"{record.mlflow.get('ui', '')}")
 
 
-def print_table(record: SweepRecord, console: Console) -> None:
+def print_table(record: SweepRecord, console: Console, title: str = "sweep") -> None:
     """The headlines and the table, a row per candidate (tune prints its trials so)."""
     if record.baseline_misses:
         console.print(f"[bold red]{escape(policy_headline(record).replace('**', ''))}[/]")
     if undecided := undecided_headline(record):
         console.print(f"[bold yellow]{escape(undecided.replace('**', ''))}[/]")
-    table = Table(title=f"sweep of {record.model}: objective {record.objective}")
+    table = Table(title=f"{title} of {record.model}: objective {record.objective}")
     for col in ("candidate", "decision", "quality", record.objective, "front", "failing gates"):
         table.add_column(col, overflow="fold")
     for r in record.rows:
@@ -142,7 +142,7 @@ DECISION_STYLE = {"promote": ("o", "#2ca02c"), "inconclusive": ("s", "#ff7f0e"),
                   "reject": ("x", "#d62728")}
 
 
-def plot_pareto(record: SweepRecord, out: Path) -> Path | None:
+def plot_pareto(record: SweepRecord, out: Path, what: str = "candidates") -> Path | None:
     """Quality retained against the objective, a point per judged candidate (rejected
     ones as crosses: shown, never on the front), the front joined by a line, the
     baseline's efficiency as a vertical reference. None when nothing was judged."""
@@ -174,7 +174,7 @@ def plot_pareto(record: SweepRecord, out: Path) -> Path | None:
     better = "higher" if record.objective in HIGHER_IS_BETTER else "lower"
     ax.set_xlabel(f"{OBJECTIVE_LABEL[record.objective]} ({better} is better)")
     ax.set_ylabel(f"quality retained:\n{QUALITY_LABEL[record.quality]}", fontsize=9)
-    ax.set_title(f"{record.model}: candidates on {record.device}", fontsize=10)
+    ax.set_title(f"{record.model}: {what} on {record.device}", fontsize=10)
     handles = [plt.Line2D([], [], marker=m, color=c, linestyle="", label=d)
                for d, (m, c) in DECISION_STYLE.items()]
     ax.legend(handles=handles + ax.get_legend_handles_labels()[0], fontsize=8, loc="best")

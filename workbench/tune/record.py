@@ -111,7 +111,8 @@ def validate_tune(record: dict) -> None:
 def write_tune(tune_dir: Path, record: TuneRecord) -> None:
     """tune.json, tune.md and the plot; written after every trial, so an interrupted
     tune leaves its table so far."""
-    path = plot_pareto(record.trials, tune_dir / TUNE_PLOT)
+    path = plot_pareto(record.trials, tune_dir / TUNE_PLOT,
+                       f"trials of {record.candidate}, judged on the search half")
     if path is not None:
         record.plots = {"quality retained vs weights (trials, search half)": path.name}
     write_json(tune_dir / "tune.json", record.to_dict())
@@ -155,7 +156,7 @@ def render_tune(record: TuneRecord) -> str:
 
 
 def print_tune(record: TuneRecord, console: Console) -> None:
-    print_table(record.trials, console)
+    print_table(record.trials, console, f"trials of {record.candidate} (search half)")
     out = record.outcome
     colour = "green" if out.status == "confirmed" else "yellow"
     console.print(f"[bold {colour}]{escape(_headline(record).replace('**', ''))}[/] "
