@@ -109,8 +109,8 @@ def validate_tune(record: dict) -> None:
 
 
 def write_tune(tune_dir: Path, record: TuneRecord) -> None:
-    """tune.json, tune.md and the plot; written after every trial, so an interrupted
-    tune leaves its table so far."""
+    """tune.json, tune.md and the plot. An interrupted tune leaves each finished trial's
+    own decision record; run again, it finds them all in the cache."""
     path = plot_pareto(record.trials, tune_dir / TUNE_PLOT,
                        f"trials of {record.candidate}, judged on the search half")
     if path is not None:
