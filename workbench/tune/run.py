@@ -291,7 +291,7 @@ def _hand_back(p: Plan, trial: str, run_dir: Path, tune_dir: Path) -> tuple[Path
     built = json.loads((run_dir / "quantize.json").read_text())  # the quantise stage's
     text = _PYTHON_TAG.sub(r"\1", (Path(built["path"]) / "recipe.yaml").read_text())
     yaml.safe_load(text)  # a recipe that does not read back is not handed back
-    recipe = tune_dir / f"{trial}.recipe.yaml"
+    recipe = inside(tune_dir, f"{trial}.recipe.yaml")  # a name from the config, not a path
     recipe.write_text(f"# workbench tune: the recipe of {trial} (artifact {built['key'][:12]})"
                       f", as llm-compressor saved it\n{text}")
     cand = p.cfg.candidates[p.candidate_name]
