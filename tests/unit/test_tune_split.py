@@ -70,6 +70,21 @@ def test_tune_refuses_a_recipe_without_an_integer_grid_and_a_bad_budget(tmp_path
     assert not runs.exists()
 
 
+def test_validate_with_tune_refuses_what_tune_refuses(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    args = ["--config", str(DEFAULT), "--candidate", "int8", "--runs-dir", str(runs)]
+    tuned = CliRunner().invoke(main, ["tune", *args])
+    validated = CliRunner().invoke(main, ["validate", "--tune", *args])
+    assert validated.exit_code == tuned.exit_code == 2
+    assert validated.output == tuned.output  # the same check, the same words
+    assert CliRunner().invoke(main, ["validate", *args]).exit_code == 0  # evaluate's alone
+    ok = CliRunner().invoke(main, ["validate", "--tune", *args[:3], "int4"])
+    assert ok.exit_code == 0, ok.output
+    no_candidate = CliRunner().invoke(main, ["validate", "--tune", "--config", str(DEFAULT)])
+    assert no_candidate.exit_code == 2 and "--tune: needs --candidate NAME" in no_candidate.output
+    assert not runs.exists()
+
+
 def test_the_tune_record_matches_its_published_schema(tmp_path: Path) -> None:
     # `python -m workbench.tune.record` rewrites the file when the types change
     assert json.loads(SCHEMA_FILE.read_text()) == tune_schema()

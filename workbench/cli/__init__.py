@@ -44,6 +44,8 @@ from workbench.record.render import print_decision, write_record
 from workbench.serve.engine import EngineServer
 from workbench.suites.definition import SUITES_ROOT, load_suite
 from workbench.sweep.run import run_sweep
+from workbench.tune.budget import Budget
+from workbench.tune.run import check_tune
 
 __all__ = ["main"]
 
@@ -229,6 +231,9 @@ def serve(config_path: str, candidate: str | None, runs_dir: Path) -> int:
 @profile_option
 @click.option("--all-suites", is_flag=True,
               help="Also check every suite shipped in eval_suites/, not only the config's.")
+@click.option("--tune", "for_tune", is_flag=True,
+              help="With --candidate: also what `tune` checks on top of evaluate (an "
+                   "integer grid, held-out text, no endpoints).")
 @endpoint_options
 @runs_option
 @junit_option
@@ -236,7 +241,8 @@ def serve(config_path: str, candidate: str | None, runs_dir: Path) -> int:
 @debug_option
 @handle_errors
 def validate(config_path: str, candidate: str | None, load_profile: str | None,
-             profile: str | None, all_suites: bool, baseline_endpoint: str | None,
+             profile: str | None, all_suites: bool, for_tune: bool,
+             baseline_endpoint: str | None,
              candidate_endpoint: str | None, runs_dir: Path, junit: Path | None,
              summary: Path | None) -> int:
     """Check a config, its gate policy, suites, data, engine arguments, tracking server and
@@ -246,8 +252,12 @@ def validate(config_path: str, candidate: str | None, load_profile: str | None,
     path = resolve_config(config_path)
     cfg = load_run_config(config_path, load_profile, baseline_endpoint, candidate_endpoint, profile)
     outputs = outputs_of(runs_dir, junit, summary)
+    if for_tune and candidate is None:
+        raise InputError("--tune: needs --candidate NAME (the candidate tune would start from)")
     if candidate is not None:
         p = plan(cfg, candidate, outputs)  # evaluate's own check
+        if for_tune:
+            check_tune(p, Budget(max_trials=1, max_hours=1.0))  # tune's own, on top
         policy, suites, checked = p.policy, p.suites, f"candidate {candidate}"
     else:
         p = None

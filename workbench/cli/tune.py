@@ -15,7 +15,8 @@ from workbench.cli.options import (
 )
 from workbench.config.gate_policy import Objective
 from workbench.mechanisms.processes import install_sigterm_as_interrupt
-from workbench.tune.run import Budget, run_tune
+from workbench.tune.budget import Budget
+from workbench.tune.run import run_tune
 
 __all__ = ["tune"]
 
@@ -24,7 +25,8 @@ __all__ = ["tune"]
 @click.option("--max-trials", type=int, default=6, show_default=True,
               help="At most this many trials (each a candidate built and evaluated).")
 @click.option("--max-hours", type=float, default=2.0, show_default=True,
-              help="Start no trial that the last one's time says would end past this.")
+              help="Start no trial that could end past this (each priced at its worst "
+                   "case, a second look).")
 @click.option("--objective", type=click.Choice(get_args(Objective)), default="weights",
               show_default=True, help="What 'cheapest' means among the trials promoted: "
               "weights on disk, $ per million output tokens at the SLO, throughput there, "

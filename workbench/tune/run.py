@@ -39,6 +39,7 @@ from workbench.sweep.run import evaluate_row, table_record
 from workbench.sweep.table import OBJECTIVE_LABEL, SweepRecord, SweepRow
 from workbench.tracking.run_log import DESCRIPTION_TAG, RUN_NAME_TAG, tracker_for
 from workbench.tracking.tracker import Tracker
+from workbench.tune.budget import Budget, next_trial_s, second_look_growth
 from workbench.tune.record import (
     TUNE_PLOT,
     Outcome,
@@ -59,15 +60,6 @@ PROTECTION = ("each trial was judged on the search half of every suite's items; 
               "trial's final decision is judged on the other half, whose outcomes no search "
               "step read (docs/tune.md). The load test and memory figures are not item by "
               "item: the confirmation reads the chosen trial's own load sessions.")
-
-
-@dataclass(frozen=True)
-class Budget:
-    max_trials: int
-    max_hours: float
-    # what "cheapest" means among the trials promoted (the table's x-axis too); keeping a
-    # block only ever adds bytes, so on weights the fewest kept blocks win
-    objective: Objective = "weights"
 
 
 @dataclass
@@ -165,21 +157,22 @@ def _search(p: Plan, sens: Sensitivity, tune_dir: Path, console: Console,
             tracker: Tracker, budget: Budget, started: float) -> Search:
     """k = 0, doubling, bisection (schedule.py) until settled or out of budget; a trial
     whose measurement failed ends it (the ones before it are kept)."""
-    search, last_s = Search(), 0.0
+    search, growth = Search(), second_look_growth(p)
     while True:
         k = next_kept(search.decisions(), len(sens.blocks))
         spent = time.perf_counter() - started
+        price = next_trial_s(search.rows.values(), growth)
         if k is None:
             search.stopped = _settled_text(search)
         elif len(search.rows) >= budget.max_trials:
             search.stopped = f"the budget of {budget.max_trials} trial(s) was spent"
-        elif spent + last_s > budget.max_hours * 3600:
-            search.stopped = (f"the budget of {budget.max_hours:g} h would be passed by the "
-                              f"next trial ({spent:.0f} s spent, the last took {last_s:.0f} s)")
+        elif spent + price > budget.max_hours * 3600:
+            search.stopped = (f"the budget of {budget.max_hours:g} h could be passed by the "
+                              f"next trial ({spent:.0f} s spent; the next may take up to "
+                              f"{price:.0f} s if it looks twice, docs/tune.md 'Budget')")
         else:
             row = _trial(p, sens, k, tune_dir, console, tracker, budget.objective)
             search.rows[k] = row
-            last_s = (row.evaluate_s or 0.0) if row.measured_now else 0.0
             if row.status != "decided":
                 search.failed = row.status == "failed"
                 search.stopped = f"trial {row.candidate} {row.status}: {row.reason}"

@@ -1,0 +1,55 @@
+"""The tune's price for its next trial: the worst case, a second look included."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from workbench.config.run_config import load_config
+from workbench.plan.plan import Outputs, plan
+from workbench.sweep.table import SweepRow
+from workbench.tune.budget import next_trial_s, second_look_growth
+
+DEFAULT = Path(__file__).resolve().parents[2] / "configs" / "default.yaml"
+
+
+def row(seconds: float | None, looks: int = 1, measured_now: bool = True) -> SweepRow:
+    return SweepRow(candidate="t", status="decided", decision="reject", looks=looks,
+                    evaluate_s=seconds, measured_now=measured_now)
+
+
+def test_a_one_look_trial_is_priced_as_if_it_had_looked_twice() -> None:
+    assert next_trial_s([row(568.0)], growth=4.3) == 568.0 * 4.3
+
+
+def test_a_two_look_trial_is_priced_at_what_it_took() -> None:
+    assert next_trial_s([row(2089.0, looks=2)], growth=4.3) == 2089.0
+
+
+def test_the_dearest_trial_sets_the_price_not_the_last() -> None:
+    # the overrun of issue 23: a cheap last trial must not hide a dear one before it
+    rows = [row(900.0, looks=1), row(100.0, looks=1)]
+    assert next_trial_s(rows, growth=2.0) == 1800.0
+    assert next_trial_s([row(3000.0, looks=2), row(500.0)], growth=4.3) == 3000.0
+
+
+def test_cached_trials_and_no_trials_cost_nothing() -> None:
+    assert next_trial_s([], growth=4.3) == 0.0
+    assert next_trial_s([row(568.0, measured_now=False), row(None)], growth=4.3) == 0.0
+
+
+def test_a_policy_of_one_look_prices_the_trial_at_its_own_time() -> None:
+    assert next_trial_s([row(568.0)], growth=1.0) == 568.0
+
+
+def test_the_growth_of_a_second_look_counts_the_default_configs_items() -> None:
+    cfg = load_config(DEFAULT)
+    p = plan(cfg, "int4", Outputs(runs_dir=None))
+    sample = every = 0
+    for s in p.suites:
+        runs = len(list(s.spec.runs()))
+        sample += runs * len(s.sample(cfg.profile, cfg.seed))
+        every += runs * len(s.sample("full", cfg.seed))
+    assert cfg.profile == "smoke" and every > sample
+    assert second_look_growth(p) == 1 + every / sample
+    one_look = plan(cfg.with_profile("full"), "int4", Outputs(runs_dir=None))
+    assert second_look_growth(one_look) == 1.0  # every item already: nothing to grow
