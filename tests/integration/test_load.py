@@ -47,3 +47,45 @@ def test_arrival_rate_and_trace_replay_with_a_duration_bound(tiny_model: Path,
     assert lv.duration_s >= 11 * 0.25 / 2
     raw = json.loads(Path(lv.raw_file).read_text())
     assert raw["input_lens"] == [20 + i for i in range(12)]  # the trace's own lengths
+
+
+def test_a_level_past_saturation_is_detected_and_the_engine_seen_queueing(
+        tiny_model: Path, tmp_path: Path) -> None:
+    """An engine held to two sequences at a time, fed 30 arrivals a second: its queue
+    grows through the level, the telemetry series sees it waiting, and the level is marked
+    over-saturated; a closed loop of one request at a time on the same engine is not."""
+    from workbench.config.run_config import EngineConfig, LoadProfile
+    from workbench.loadtest.bench import level_requests, run_load_test
+    from workbench.serve.engine import EngineServer
+
+    shape = {"prompt_tokens": 24, "output_tokens": 32, "num_prompts": 40, "warmup_prompts": 1,
+             "telemetry_interval_s": 0.2}
+    heavy = LoadProfile(request_rate=[30.0], **shape)
+    light = LoadProfile(concurrency=[1], **{**shape, "num_prompts": 12})
+    engine = EngineConfig(max_model_len=256, enforce_eager=True, kv_cache_space_gib=1,
+                          extra_args=["--max-num-seqs", "2"])
+    with EngineServer(tiny_model, "tiny", engine, tmp_path / "server.log") as server:
+        results = {name: run_load_test(
+            server.base_url, "tiny", tiny_model, prof, tmp_path / name,
+            level_requests(prof, None, 256), name=name, scrape=server.metrics, ceiling=False)
+            for name, prof in (("light", light), ("heavy", heavy))}
+    over = results["heavy"].levels[0]
+    assert over.saturation["over_saturated"] is True, over.saturation
+    assert over.saturation["ttft_ms"]["lower"] > 0 and over.saturation["in_flight"]["lower"] > 0
+    tel = over.telemetry
+    assert tel["peak_running"] == 2 and tel["peak_waiting"] >= 10  # the queue, seen
+    raw = json.loads(Path(over.raw_file).read_text())
+    samples = tel["samples"]
+    assert len(samples) >= 5 and [s["t_s"] for s in samples] == sorted(s["t_s"] for s in samples)
+    # the series brackets the requests on their own clock (perf_counter, both processes)
+    assert samples[0]["t_s"] <= min(raw["start_times"])
+    assert samples[-1]["t_s"] >= max(s + lat for s, lat in zip(raw["start_times"],
+                                                               raw["latencies"], strict=True))
+    # its first and last reads are the level's server-side figures
+    assert over.server["latency"]["e2el_ms"]["count"] == over.completed == 40
+    steady = results["light"].levels[0]
+    assert steady.saturation["over_saturated"] is False, steady.saturation
+    assert steady.telemetry["peak_waiting"] == 0 and steady.telemetry["peak_running"] <= 1
+    steps = results["heavy"].telemetry_steps()
+    assert steps["telemetry.r30.waiting"][0][0] == 0 and max(
+        v for _, v in steps["telemetry.r30.waiting"]) == tel["peak_waiting"]

@@ -97,6 +97,13 @@ def check_mlflow_layout(tmp_path: Path, parent, record: dict) -> None:
         assert "arithmetic.accuracy" in child.data.metrics
         curve = client.get_metric_history(child.info.run_id, "load.output_throughput")
         assert [m.step for m in curve] == [0, 1]  # one step per load level
+        # the engine's telemetry through the heaviest level: a step per read, in ms
+        heaviest = record["load"][child.info.run_name]["levels"][-1]
+        series = client.get_metric_history(child.info.run_id,
+                                           f"telemetry.{heaviest['label']}.running")
+        assert len(series) == len(heaviest["telemetry"]["samples"]) >= 2
+        assert min(m.step for m in series) == 0 and max(m.value for m in series) == \
+            heaviest["telemetry"]["peak_running"]
     inputs = mlflow.get_run(parent.info.run_id).inputs.dataset_inputs
     assert "arithmetic" in {i.dataset.name for i in inputs}
     reg = record["mlflow"]["registry"]
@@ -126,8 +133,9 @@ def test_quantise_serve_evaluate_gate_record(tiny_config: Path, tmp_path: Path, 
     assert "quality:arithmetic" in gates
     expected = {"latency:e2el_p50_ms:max_ratio@c1", "latency:output_throughput:min_ratio@c4"}
     assert expected <= set(gates)
-    plot = record_file.parent / record["plots"]["latency vs throughput"]
-    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and plot.stat().st_size > 10_000
+    for name in ("latency vs throughput", "engine telemetry"):
+        plot = record_file.parent / record["plots"][name]
+        assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and plot.stat().st_size > 10_000
     # the candidate really is the quantised checkpoint, in the format vLLM loads
     candidate_config = json.loads((Path(record["model"]["candidate_path"]) / "config.json")
                                   .read_text())
@@ -249,6 +257,10 @@ def check_load_and_headroom(record: dict, role: str) -> None:
         assert all(isinstance(agree[m]["within"], bool) for m in ("ttft", "tpot", "e2el"))
         assert agree["tpot"]["server_mean_ms"] > 0 and agree["tpot"]["client_mean_ms"] > 0
         assert lv["slo"]["meets_slo"] is True and lv["slo"]["attainment"] == 1.0
+        # the engine's state through the level, and a closed loop never outruns it
+        assert lv["telemetry"]["samples"] and 1 <= lv["telemetry"]["peak_running"] <= (
+            lv["concurrency"])
+        assert lv["saturation"]["test"] and lv["saturation"]["over_saturated"] is not True
         assert lv["slo"]["goodput_rps"] == pytest.approx(lv["request_throughput"], rel=0.05)
     assert 24 <= load["workload"]["prompt_tokens"]["min"] <= \
         load["workload"]["prompt_tokens"]["max"] <= 160

@@ -98,6 +98,9 @@ class LoadProfile(StrictModel):
         default=None, gt=0, description="Stop sending new requests after this long per level")
     warmup_prompts: int = Field(default=2, ge=0, description="Sent before the first level; "
                                                               "in no figure")
+    telemetry_interval_s: float = Field(
+        default=0.5, ge=0.05, le=10, description="Seconds between reads of the engine's "
+                                                 "/metrics during a level: its telemetry series")
     seed: int = 0
     slo: SLO | None = Field(default=None, description="Per-request latency targets: goodput, "
                                                        "SLO attainment, max stable level")

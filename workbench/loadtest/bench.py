@@ -38,6 +38,8 @@ from workbench.loadtest.results import (
     slo_figures,
     workload_summary,
 )
+from workbench.loadtest.saturation import saturation
+from workbench.loadtest.telemetry import Sampler
 from workbench.loadtest.workload import Request, draw_requests, read_trace, write_timed_trace
 from workbench.mechanisms.errors import InfraError
 from workbench.mechanisms.paths import engine_python, offline_env
@@ -204,19 +206,24 @@ def _level(client: LoadClient, base_url: str, served_name: str, tokenizer: Path,
     raw_file = out_dir / f"bench-{label}.json"
     args = bench_args(base_url, served_name, tokenizer, profile, value, trace_file, chunk,
                       len(requests), raw_file)
-    before = parse_scrape(scrape()) if scrape else None
     watch.reset()
-    try:
-        raw = client.run(args, out_dir / f"bench-{label}.log", raw_file, f"at level {label}",
-                         watch)
-    finally:
-        check_engine()
+    with contextlib.ExitStack() as during:
+        sampler = during.enter_context(Sampler(scrape, profile.telemetry_interval_s)) \
+            if scrape else None
+        try:
+            raw = client.run(args, out_dir / f"bench-{label}.log", raw_file,
+                             f"at level {label}", watch)
+        finally:
+            check_engine()
     level = parse_level(raw, profile, value, raw_file)
+    level = dataclasses.replace(level, saturation=saturation(raw))
     if profile.slo is not None:
         level = dataclasses.replace(level, slo=slo_figures(raw, profile.slo))
-    if scrape and before:
-        server = server_side_level(before, parse_scrape(scrape()))
-        level = dataclasses.replace(level, server={"boundary": SERVER_BOUNDARY, **server})
+    if sampler is not None:
+        # the series' first and last reads bracket the level: its server-side figures
+        server = server_side_level(*sampler.bracket())
+        level = dataclasses.replace(level, server={"boundary": SERVER_BOUNDARY, **server},
+                                    telemetry=sampler.telemetry())
         level = dataclasses.replace(level, agreement=agreement(level))
     if level.completed == 0:
         raise InfraError(f"load test at level {label}: no request completed; see {raw_file}")

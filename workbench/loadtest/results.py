@@ -15,6 +15,8 @@ from typing_extensions import TypedDict
 
 from workbench.config.run_config import SLO, LoadProfile
 from workbench.loadtest.engine_metrics import ServerLevel
+from workbench.loadtest.saturation import Saturation
+from workbench.loadtest.telemetry import Telemetry
 from workbench.loadtest.workload import Request
 
 __all__ = ["AGREEMENT_FLOOR_MS", "AGREEMENT_TOLERANCE", "BOUNDARY", "PERCENTILES",
@@ -120,6 +122,9 @@ class LevelResult:
     request_rate: float | None = None  # arrivals per second, open-loop levels
     skipped: int = 0  # requests not sent: past the level's max_duration_s
     agreement: Agreement = field(default_factory=lambda: Agreement())
+    # the engine's state over the level (telemetry.py) and whether it outran the engine
+    telemetry: Telemetry = field(default_factory=lambda: Telemetry())
+    saturation: Saturation = field(default_factory=lambda: Saturation())
 
     @property
     def key(self) -> str:
@@ -166,6 +171,7 @@ class LoadResult:
             for metric, stats in lv.server.get("latency", {}).items():
                 for stat in ("p50", "p99"):
                     out[f"{lv.key}.server.{metric.removesuffix('_ms')}_{stat}_ms"] = stats[stat]
+            out.update(_engine_state(lv))
         if self.generator:
             out["generator.output_throughput"] = self.generator["output_throughput"]
         stable = self.max_stable_level()
@@ -188,6 +194,19 @@ class LoadResult:
                         getattr(lv, f"{metric}_ms")[stat])
         return series
 
+    def telemetry_steps(self) -> dict[str, list[tuple[int, float]]]:
+        """Each level's telemetry series for MLflow, its step the milliseconds since the
+        level's first read (so the UI's step axis is the level's own clock)."""
+        steps: dict[str, list[tuple[int, float]]] = {}
+        for lv in self.levels:
+            samples = lv.telemetry.get("samples", [])
+            for sample in samples:
+                step = round(1000 * (sample["t_s"] - samples[0]["t_s"]))
+                for name in ("running", "waiting", "kv_cache_usage", "preemptions"):
+                    steps.setdefault(f"telemetry.{lv.key}.{name}", []).append(
+                        (step, float(sample[name])))
+        return steps
+
     def all_rounds(self) -> list[LoadResult]:
         return [self, *self.rounds]
 
@@ -203,6 +222,17 @@ class LoadResult:
     @property
     def longest_request_tokens(self) -> int:
         return int(self.workload.get("longest_request_tokens", 0))
+
+
+def _engine_state(lv: LevelResult) -> dict[str, float]:
+    """A level's telemetry peaks and its over-saturation verdict (1 / 0), for MLflow."""
+    out = {f"{lv.key}.{k}": float(v) for k, v in lv.telemetry.items()
+           if k in ("peak_running", "peak_waiting", "peak_kv_cache_usage", "preemptions",
+                    "prefix_cache_hit_rate") and isinstance(v, (int, float))}
+    verdict = lv.saturation.get("over_saturated")
+    if verdict is not None:
+        out[f"{lv.key}.over_saturated"] = float(verdict)
+    return out
 
 
 def _sent(raw: dict) -> list[int]:

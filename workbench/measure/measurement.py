@@ -26,6 +26,7 @@ from workbench.loadtest.client import LoadClient
 from workbench.loadtest.engine_metrics import parse_scrape
 from workbench.loadtest.headroom import PeakSampler, headroom
 from workbench.loadtest.results import LevelResult, LoadResult
+from workbench.loadtest.saturation import state_text
 from workbench.loadtest.workload import Request
 from workbench.mechanisms import cache_entry
 from workbench.mechanisms.digests import sha256_json
@@ -139,7 +140,8 @@ def _print_level(console: Console, role: str, lv: LevelResult) -> None:
     console.print(f"  [{role}] load {lv.key}: {lv.completed} requests, "
                   f"{lv.output_throughput:.1f} out tok/s, TTFT p50/p99 "
                   f"{lv.ttft_ms['p50']:.0f}/{lv.ttft_ms['p99']:.0f} ms, TPOT p50/p99 "
-                  f"{lv.tpot_ms['p50']:.1f}/{lv.tpot_ms['p99']:.1f} ms{skipped}")
+                  f"{lv.tpot_ms['p50']:.1f}/{lv.tpot_ms['p99']:.1f} ms{skipped}"
+                  f"{state_text(lv.telemetry, lv.saturation)}")
 
 
 @contextlib.contextmanager

@@ -15,7 +15,12 @@ from workbench.measure.measurement import SAMPLING, Measurement
 from workbench.measure.pair import ROLES, MeasuredPair, Role
 from workbench.plan.plan import Plan
 from workbench.record.decision import DecisionRecord, Sampling, host_facts
-from workbench.record.plots import LATENCY_PLOT, plot_latency_vs_throughput
+from workbench.record.plots import (
+    LATENCY_PLOT,
+    TELEMETRY_PLOT,
+    plot_latency_vs_throughput,
+    plot_telemetry,
+)
 from workbench.record.sections import (
     CostSection,
     EndpointSection,
@@ -84,9 +89,14 @@ def _sampling(p: Plan) -> Sampling:
 def _plots(p: Plan, pair: MeasuredPair, run_dir: Path) -> dict[str, str]:
     title = (f"{p.cfg.model.name}: baseline vs {p.candidate_name}, load profile "
              f"{p.cfg.load.profile!r} on {p.device}")
-    path = plot_latency_vs_throughput({role: pair.side(role).load for role in ROLES}, title,
-                                      run_dir / LATENCY_PLOT)
-    return {"latency vs throughput": path.name}
+    loads: dict[str, LoadResult] = {role: pair.side(role).load for role in ROLES}
+    plots = {"latency vs throughput":
+             plot_latency_vs_throughput(loads, title, run_dir / LATENCY_PLOT).name}
+    telemetry = plot_telemetry(loads, f"{title}: the engine during each level",
+                               run_dir / TELEMETRY_PLOT)
+    if telemetry is not None:
+        plots["engine telemetry"] = telemetry.name
+    return plots
 
 
 def _engine(p: Plan, base: Measurement, cand: Measurement) -> EngineSection:

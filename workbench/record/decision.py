@@ -34,6 +34,7 @@ __all__ = ["SCHEMA_VERSION", "SEVERITY", "DecisionRecord", "Role", "Sampling", "
            "gate_counts",
            "host_facts", "quantization_metrics", "record_metrics", "worst_first"]
 
+# 9: each load level's engine telemetry series and over-saturation verdict;
 # 8: sampling.split, the half of the items a tune trial or confirmation was judged on;
 # 7: the policy's looks (a second look at every item, each look at its share of alpha);
 # 6: absolute gates judged on intervals and on the baseline (baseline_status), informational
@@ -41,7 +42,7 @@ __all__ = ["SCHEMA_VERSION", "SEVERITY", "DecisionRecord", "Role", "Sampling", "
 # by its parts (id), not only as text; 4: endpoints, hub commit, per-device cost,
 # unmeasurable figures null; 3: every section typed below the top level; 2: policy, plots,
 # kernels. record/migrate.py reads every one of them.
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 
 
 class Sampling(TypedDict):

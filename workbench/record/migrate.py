@@ -66,9 +66,19 @@ def _v7_to_v8(record: dict) -> dict:
     return record
 
 
+def _v8_to_v9(record: dict) -> dict:
+    for load in (record.get("load") or {}).values():  # 9: telemetry and saturation per level
+        for result in [load, *load.get("rounds", [])]:
+            for level in result.get("levels", []):
+                level.setdefault("telemetry", {})  # not recorded
+                level.setdefault("saturation", {})
+    return record
+
+
 # version -> the step that brings a record of that version to the next
 STEPS: dict[int, Callable[[dict], dict]] = {2: _v2_to_v3, 3: _v3_to_v4, 4: _v4_to_v5,
-                                            5: _v5_to_v6, 6: _v6_to_v7, 7: _v7_to_v8}
+                                            5: _v5_to_v6, 6: _v6_to_v7, 7: _v7_to_v8,
+                                            8: _v8_to_v9}
 
 
 def migrate(record: dict, current: int) -> tuple[dict, list[int]]:

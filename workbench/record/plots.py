@@ -7,13 +7,16 @@ artifacts (the UI shows it inline) and linked from decision.md.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from workbench.loadtest.results import LoadResult
 from workbench.mechanisms.plotting import pyplot
 
-__all__ = ["COLOURS", "LATENCY_PLOT", "PANELS", "STYLES", "plot_latency_vs_throughput"]
+__all__ = ["COLOURS", "LATENCY_PLOT", "PANELS", "STYLES", "TELEMETRY_PLOT",
+           "plot_latency_vs_throughput", "plot_telemetry"]
 
 LATENCY_PLOT = "load-latency-vs-throughput.png"
+TELEMETRY_PLOT = "load-engine-telemetry.png"
 PANELS = (("ttft_ms", "TTFT (ms)"), ("tpot_ms", "TPOT (ms)"), ("e2el_ms", "end-to-end (ms)"))
 STYLES = {"p50": "-", "p99": "--"}
 COLOURS = {"baseline": "#1f77b4", "candidate": "#d62728"}
@@ -34,6 +37,10 @@ def plot_latency_vs_throughput(loads: dict[str, LoadResult], title: str, path: P
             for lv in load.levels:
                 ax.annotate(lv.key, (lv.output_throughput, getattr(lv, metric)["p99"]),
                             textcoords="offset points", xytext=(4, 4), fontsize=7)
+                if lv.saturation.get("over_saturated"):  # saturation.py's test
+                    ax.plot(lv.output_throughput, getattr(lv, metric)["p99"], "o",
+                            markersize=13, markerfacecolor="none", markeredgecolor="black",
+                            label="over-saturated" if who == next(iter(loads)) else None)
         slo = next(iter(loads.values())).profile.get("slo") if loads else None
         target = {"ttft_ms": "ttft_p99_ms", "tpot_ms": "tpot_p99_ms"}.get(metric)
         if slo and target:
@@ -51,3 +58,52 @@ def plot_latency_vs_throughput(loads: dict[str, LoadResult], title: str, path: P
     return path
 
 
+
+
+def plot_telemetry(loads: dict[str, LoadResult], title: str, path: Path) -> Path | None:
+    """The engine's state through the load test, one row per model: requests running and
+    waiting (left axis), KV-cache usage (right axis), each level a band labelled with its
+    key, a level that outran the engine shaded red. None when no level was scraped."""
+    rows = [(who, load) for who, load in loads.items()
+            if any(lv.telemetry.get("samples") for lv in load.levels)]
+    if not rows:
+        return None
+    plt = pyplot()
+    fig, axes = plt.subplots(len(rows), 1, figsize=(12, 2.6 * len(rows)), squeeze=False,
+                             constrained_layout=True)
+    for ax, (who, load) in zip(axes[:, 0], rows, strict=True):
+        _telemetry_row(ax, who, load)
+    axes[-1, 0].set_xlabel("seconds into the load test (levels back to back)")
+    fig.suptitle(title, fontsize=10)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _telemetry_row(ax: Any, who: str, load: LoadResult) -> None:
+    kv = ax.twinx()
+    offset = 0.0
+    for lv in load.levels:
+        samples = lv.telemetry.get("samples", [])
+        if not samples:
+            continue
+        t = [offset + s["t_s"] - samples[0]["t_s"] for s in samples]
+        ax.plot(t, [s["running"] for s in samples], "-", color=COLOURS.get(who), label="running")
+        ax.plot(t, [s["waiting"] for s in samples], "--", color="orange", label="waiting")
+        kv.plot(t, [100 * s["kv_cache_usage"] for s in samples], ":", color="grey",
+                label="KV cache %")
+        over = bool(lv.saturation.get("over_saturated"))
+        ax.axvspan(t[0], t[-1], color="#f4cccc" if over else "#eeeeee", alpha=0.5,
+                   linewidth=0, label="over-saturated level" if over else None)
+        ax.annotate(lv.key, (t[0], 1), xycoords=("data", "axes fraction"),
+                    textcoords="offset points", xytext=(2, -10), fontsize=7)
+        offset = t[-1] + 1.0  # a second's gap between levels
+    (h1, l1), (h2, l2) = ax.get_legend_handles_labels(), kv.get_legend_handles_labels()
+    unique = dict(zip(l1 + l2, h1 + h2, strict=True))  # one entry per line kind, not level
+    ax.legend(unique.values(), unique.keys(), fontsize=7, loc="upper left",
+              bbox_to_anchor=(1.06, 1.0))
+    ax.set_ylabel(f"{who}: requests")
+    kv.set_ylabel("KV cache %")
+    kv.set_ylim(0, 100)
+    ax.grid(True, alpha=0.3)

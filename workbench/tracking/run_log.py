@@ -115,6 +115,7 @@ def log_run(tracker: Tracker, rec: DecisionRecord, sides: dict[str, Measurement]
             tracker.log_metrics({k.removeprefix(f"{role}."): v for k, v in
                                  metrics.items() if k.startswith(f"{role}.")})
             tracker.log_series(m.load.series())
+            tracker.log_steps(m.load.telemetry_steps())
     checkpoint = rec.model.get("candidate_path", "")
     if not checkpoint:
         return  # an endpoint's candidate: already deployed, no artifact here to register

@@ -15,6 +15,7 @@ import functools
 import os
 import re
 import socket
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -183,6 +184,23 @@ class Tracker:
         for name, values in series.items():
             for step, value in enumerate(values):
                 mlflow.log_metric(metric_name(name), float(value), step=step)
+
+    @_tolerant
+    def log_steps(self, steps: dict[str, list[tuple[int, float]]]) -> None:
+        """Metrics at steps of their own (a telemetry series: milliseconds into a level),
+        sent in batches: one request per thousand points rather than one per point."""
+        import mlflow
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        points = [Metric(metric_name(name), value, now, step)
+                  for name, series in steps.items() for step, value in series]
+        run = mlflow.active_run()
+        if run is None:
+            return
+        client = mlflow.MlflowClient()
+        for start in range(0, len(points), 1000):  # MLflow's limit per log_batch call
+            client.log_batch(run.info.run_id, metrics=points[start:start + 1000])
 
     @contextmanager
     def nested(self, name: str, tags: dict[str, str]) -> Iterator[str]:

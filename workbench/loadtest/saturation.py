@@ -1,0 +1,130 @@
+"""Whether a load level outran the engine: over-saturation, by a stated test.
+
+An engine that keeps up with its arrivals reaches a steady state: as many requests in
+flight, and the same time to first token, late in the level as early on. One that does not
+builds a queue, so both grow with time. The test, on the level's own per-request results:
+fit, by least squares against each request's start time, (a) its TTFT and (b) the number
+of the level's requests in flight when it started (itself included, counted from the start
+times and latencies the client recorded); call the level over-saturated when the one-sided
+lower confidence bound of both slopes is above zero. The first RAMP_SHARE of the arrival
+span is left out (every level fills from empty, which is growth too), and a level with
+fewer than MIN_REQUESTS requests after it is not judged.
+
+GuideLLM's over-saturation stop (`--over-saturation`) fits the same two slopes over a
+sliding window while a run goes on, and flags a slope whose margin of error is below
+twice the slope itself (a relative margin of 2), which a slope whose interval still holds
+zero can pass; here the interval must exclude zero. This judges a finished level, so there
+is no window to slide: the whole level after its ramp is the sample (docs/load.md,
+"Over-saturation").
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy import stats
+from typing_extensions import TypedDict
+
+from workbench.loadtest.telemetry import Telemetry
+
+__all__ = ["CONFIDENCE", "MIN_REQUESTS", "RAMP_SHARE", "Saturation", "SlopeFit", "in_flight_at",
+           "saturation", "state_text"]
+
+CONFIDENCE = 0.95  # one-sided, for each slope
+RAMP_SHARE = 0.25  # of the level's arrival span, left out as its ramp-up
+MIN_REQUESTS = 8  # after the ramp: fewer and the level is not judged
+
+TEST = (f"slopes of TTFT and of requests in flight against start time, the first "
+        f"{RAMP_SHARE:.0%} of arrivals left out; over-saturated when both one-sided "
+        f"{CONFIDENCE:.0%} lower bounds are above zero")
+
+
+class SlopeFit(TypedDict):
+    slope: float  # per second of the level
+    lower: float  # one-sided lower confidence bound
+    n: int
+
+
+class Saturation(TypedDict, total=False):
+    """saturation(): empty for a level measured before the test existed."""
+
+    test: str
+    over_saturated: bool | None  # None: too few requests after the ramp to judge
+    ttft_ms: SlopeFit  # ms per second
+    in_flight: SlopeFit  # requests per second
+    reason: str
+
+
+def in_flight_at(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """For each request, how many of the level's requests were in flight when it started
+    (itself included)."""
+    return np.array([int(np.sum((starts <= t) & (ends > t))) for t in starts])
+
+
+def _fit(x: np.ndarray, y: np.ndarray) -> SlopeFit:
+    """Least squares, its slope's standard error widened for residuals that follow one
+    another: a queue's length now is much like its length a moment ago, and an error that
+    assumes independent requests would see growth in a steady queue. The widening is the
+    AR(1) effective sample size, n (1 - r) / (1 + r) for a lag-1 autocorrelation r > 0."""
+    fit = stats.linregress(x, y)
+    slope, err = float(fit.slope), float(fit.stderr)
+    if math.isnan(err):  # a perfect fit of two points has no error estimate
+        err = 0.0
+    residuals = y - (fit.intercept + fit.slope * x)
+    r = _lag1(residuals)
+    n_eff = max(3.0, len(x) * (1 - r) / (1 + r))
+    lower = slope - float(stats.t.ppf(CONFIDENCE, n_eff - 2)) * err * math.sqrt(len(x) / n_eff)
+    return SlopeFit(slope=round(slope, 4), lower=round(lower, 4), n=len(x))
+
+
+def _lag1(residuals: np.ndarray) -> float:
+    """The lag-1 autocorrelation of the residuals, 0 when negative or undefined."""
+    centred = residuals - residuals.mean()
+    denom = float(np.dot(centred, centred))
+    if denom <= 0:
+        return 0.0
+    return max(0.0, min(0.99, float(np.dot(centred[1:], centred[:-1])) / denom))
+
+
+def saturation(raw: dict) -> Saturation:
+    """The test above on `vllm bench serve`'s detailed results for one level."""
+    ok = [i for i, err in enumerate(raw.get("errors", [])) if not err]
+    starts = np.array([raw["start_times"][i] for i in ok], dtype=float)
+    if starts.size == 0:
+        return Saturation(test=TEST, over_saturated=None, reason="no request completed")
+    ends = starts + np.array([raw["latencies"][i] for i in ok], dtype=float)
+    ttft = 1000 * np.array([raw["ttfts"][i] for i in ok], dtype=float)
+    begin, span = starts.min(), starts.max() - starts.min()
+    keep = starts >= begin + RAMP_SHARE * span
+    n = int(keep.sum())
+    if span <= 0 or n < MIN_REQUESTS:
+        return Saturation(test=TEST, over_saturated=None,
+                          reason=f"{n} request(s) after the ramp; {MIN_REQUESTS} are needed")
+    x = starts[keep] - begin
+    if np.ptp(x) <= 0:
+        return Saturation(test=TEST, over_saturated=None,
+                          reason="every request after the ramp started at once")
+    ttft_fit = _fit(x, ttft[keep])
+    flight_fit = _fit(x, in_flight_at(starts, ends)[keep].astype(float))
+    over = ttft_fit["lower"] > 0 and flight_fit["lower"] > 0
+    return Saturation(test=TEST, over_saturated=bool(over), ttft_ms=ttft_fit,
+                      in_flight=flight_fit,
+                      reason=(f"TTFT {ttft_fit['slope']:+.0f} ms/s (lower bound "
+                              f"{ttft_fit['lower']:+.0f}), in flight {flight_fit['slope']:+.2f}/s "
+                              f"(lower bound {flight_fit['lower']:+.2f}) over {n} requests"))
+
+
+def state_text(telemetry: Telemetry, found: Saturation) -> str:
+    """What the engine went through in a level, for its console line: the queue, the KV
+    cache, preemptions, and the verdict when the level outran the engine."""
+    parts = []
+    if telemetry.get("samples"):
+        parts.append(f"engine peak {telemetry.get('peak_running', 0):.0f} running, "
+                     f"{telemetry.get('peak_waiting', 0):.0f} waiting, KV cache "
+                     f"{telemetry.get('peak_kv_cache_usage', 0):.0%}")
+        if telemetry.get("preemptions"):
+            parts.append(f"{telemetry['preemptions']:.0f} preempted")
+    if found.get("over_saturated"):
+        parts.append(f"OVER-SATURATED ({found.get('reason', '')})")
+    return "; " + "; ".join(parts) if parts else ""
