@@ -1,13 +1,16 @@
 """The load test alone, for the baseline and several candidates, on the default model.
 
     .venv/bin/python benchmarks/load_sweep.py [--config configs/default.yaml]
-        [--candidates int4,fp8,kv-fp8] [--load-profile interactive] [--out DIR]
+        [--candidates int4,fp8,kv-fp8] [--load-profile interactive] [--rounds 1] [--out DIR]
 
 Builds (or takes from the artifact cache) each candidate with `workbench quantize`, then
 serves the baseline and each candidate in turn and runs the config's load profile against
 it exactly as `workbench evaluate` does (same workload, warm-up, levels, both boundaries,
-headroom, generator ceiling), without the suites. Prints the Markdown tables in
-docs/benchmarks.md and keeps every run's files under --out.
+headroom, generator ceiling, the capacity search when the profile has one), without the
+suites; with --rounds N, N engine sessions per model, interleaved (baseline, candidates,
+baseline, ...) as `load.rounds` does. Prints the Markdown tables in docs/benchmarks.md
+(the capacity at the SLO per session, when searched) and keeps every run's files under
+--out.
 """
 
 from __future__ import annotations
@@ -18,13 +21,15 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 from rich.console import Console  # noqa: E402
 
-from workbench.config.run_config import load_config  # noqa: E402
+from workbench.config.run_config import DEFAULT_PRICE_PER_HOUR, load_config  # noqa: E402
+from workbench.gate.capacity import capacity_bracket  # noqa: E402
 from workbench.loadtest.bench import level_requests  # noqa: E402
 from workbench.measure.measurement import Measurement, measure  # noqa: E402
 from workbench.serve.engine import detect_device  # noqa: E402
@@ -70,6 +75,8 @@ def main() -> None:
     parser.add_argument("--config", default=str(REPO / "configs" / "default.yaml"))
     parser.add_argument("--candidates", default="int4,fp8,kv-fp8")
     parser.add_argument("--load-profile", default=None)
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="engine sessions per model, interleaved")
     parser.add_argument("--out", default=None, help="keep run files here (default: a temp dir)")
     args = parser.parse_args()
     cfg = load_config(args.config)
@@ -86,12 +93,15 @@ def main() -> None:
     builds = quantized(args.config, names, out)
     models = [("baseline", model_dir, []), *[(n, Path(builds[n]["path"]),
                                                 builds[n]["serve_args"]) for n in names]]
-    results = {}
-    for name, path, serve_args in models:
-        started = time.perf_counter()
-        results[name] = measure(cfg, name, path, f"{cfg.model.name}-{name}", serve_args, [],
-                                requests, model_dir, out / name, console, device)
-        console.print(f"{name}: {time.perf_counter() - started:.0f} s")
+    sessions: dict[str, list[Measurement]] = {name: [] for name, _, _ in models}
+    for r in range(1, args.rounds + 1):
+        for name, path, serve_args in models:
+            started = time.perf_counter()
+            sessions[name].append(measure(
+                cfg, name, path, f"{cfg.model.name}-{name}", serve_args, [], requests,
+                model_dir, out / name / f"round-{r}", console, device, ceiling=r == 1))
+            console.print(f"{name}, session {r}: {time.perf_counter() - started:.0f} s")
+    results = {name: ms[0] for name, ms in sessions.items()}
     w = results["baseline"].load.workload
     print(f"load profile `{cfg.load.profile}` on {device}: {w['requests_per_level']} requests "
           f"per level, prompt tokens mean {w['prompt_tokens']['mean']:.0f} (max "
@@ -108,7 +118,34 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|")
     for name, m in results.items():
         print(headroom_row(name, m))
+    if cfg.workload.capacity is not None:
+        price = cfg.workload.price_per_hour or DEFAULT_PRICE_PER_HOUR[device]
+        print(capacity_table(sessions, price))
     console.print(f"run files: {out}")
+
+
+def capacity_table(sessions: dict[str, list[Measurement]], price_per_hour: float) -> str:
+    """Each session's capacity at the SLO, the model's bracket over its sessions, and the
+    cost per million output tokens at the capacity found."""
+    rows = ["\n| model | session | held at | not at | req/s at held | out tok/s at held | "
+            "$ / M out tokens at held | levels tried (named + searched) | search s | why |",
+            "|---|---|---|---|---|---|---|---|---|---|"]
+    for name, ms in sessions.items():
+        for i, m in enumerate(ms, start=1):
+            cap = m.load.capacity
+            out_tps = cap.get("output_throughput")
+            usd = f"{price_per_hour / 3600 / out_tps * 1e6:.2f}" if out_tps else "–"
+            tried = cap.get("tried", [])
+            rows.append(
+                f"| {name} | {i} | {cap.get('held')} | {cap.get('not_held')} | "
+                f"{cap.get('request_throughput') or 0:.2f} | {out_tps or 0:.1f} | {usd} | "
+                f"{sum(t['named'] for t in tried)} + {sum(not t['named'] for t in tried)} | "
+                f"{cap.get('seconds', 0):.0f} | {cap.get('stopped', '')} |")
+        bracket = capacity_bracket(replace(ms[0].load, rounds=[m.load for m in ms[1:]]))
+        if bracket is not None:
+            rows.append(f"| {name} | all | {bracket[0]:g} | {bracket[1]:g} | | | | | | "
+                        "the span of its sessions |")
+    return "\n".join(rows)
 
 
 if __name__ == "__main__":

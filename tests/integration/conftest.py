@@ -10,6 +10,8 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -118,9 +120,44 @@ def broken_model(tiny_model: Path, tmp_path: Path) -> Path:
     return out
 
 
-def run_workbench(*args: str, cwd: Path, timeout: float = 1200) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "workbench.cli", *args], cwd=cwd,
-                          capture_output=True, text=True, timeout=timeout, env=os.environ)
+def run_workbench(*args: str, cwd: Path, timeout: float = 1200,
+                  echo: bool = False) -> subprocess.CompletedProcess:
+    """The CLI as a subprocess, its output captured. Each stdout line's arrival is timed
+    (the result's `line_times`, seconds since the start), so a test can hold the console
+    to a line at least every so often; with echo, the lines also go to the test log as
+    they come (the CI log then shows the run as a user's terminal would)."""
+    started = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-m", "workbench.cli", *args], cwd=cwd,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=os.environ)
+    lines: list[str] = []
+    times: list[float] = []
+    errors: list[str] = []
+
+    def read_stdout() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            times.append(time.monotonic() - started)
+            lines.append(line)
+            if echo:
+                sys.__stderr__.write(f"[workbench {times[-1]:6.1f}s] {line}")
+
+    readers = [threading.Thread(target=read_stdout, daemon=True),
+               threading.Thread(target=lambda: errors.extend(proc.stderr or []), daemon=True)]
+    for reader in readers:
+        reader.start()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise
+    finally:
+        for reader in readers:
+            reader.join(timeout=10)
+    result = subprocess.CompletedProcess(proc.args, proc.returncode, "".join(lines),
+                                         "".join(errors))
+    result.line_times = times  # type: ignore[attr-defined]
+    return result
 
 
 def find_pids(marker: str) -> list[int]:

@@ -49,11 +49,13 @@ def test_arrival_rate_and_trace_replay_with_a_duration_bound(tiny_model: Path,
     assert raw["input_lens"] == [20 + i for i in range(12)]  # the trace's own lengths
 
 
-def test_a_level_past_saturation_is_detected_and_the_engine_seen_queueing(
+def test_saturation_detected_and_the_capacity_at_the_slo_searched(
         tiny_model: Path, tmp_path: Path) -> None:
     """An engine held to two sequences at a time, fed 30 arrivals a second: its queue
     grows through the level, the telemetry series sees it waiting, and the level is marked
-    over-saturated; a closed loop of one request at a time on the same engine is not."""
+    over-saturated; a closed loop of one request at a time on the same engine is not. Then
+    the heaviest arrival rate that holds an SLO on it, searched: bracketed within the
+    search's resolution and bounds, every level judged as it measured."""
     from workbench.config.run_config import EngineConfig, LoadProfile
     from workbench.loadtest.bench import level_requests, run_load_test
     from workbench.serve.engine import EngineServer
@@ -62,13 +64,16 @@ def test_a_level_past_saturation_is_detected_and_the_engine_seen_queueing(
              "telemetry_interval_s": 0.2}
     heavy = LoadProfile(request_rate=[30.0], **shape)
     light = LoadProfile(concurrency=[1], **{**shape, "num_prompts": 12})
+    search = LoadProfile(request_rate=[2.0], **{**shape, "num_prompts": 24},
+                         slo={"ttft_p99_ms": 400, "tpot_p99_ms": 200},
+                         capacity={"resolution": 0.25, "max_levels": 8, "max_seconds": 120})
     engine = EngineConfig(max_model_len=256, enforce_eager=True, kv_cache_space_gib=1,
                           extra_args=["--max-num-seqs", "2"])
     with EngineServer(tiny_model, "tiny", engine, tmp_path / "server.log") as server:
         results = {name: run_load_test(
             server.base_url, "tiny", tiny_model, prof, tmp_path / name,
             level_requests(prof, None, 256), name=name, scrape=server.metrics, ceiling=False)
-            for name, prof in (("light", light), ("heavy", heavy))}
+            for name, prof in (("light", light), ("heavy", heavy), ("search", search))}
     over = results["heavy"].levels[0]
     assert over.saturation["over_saturated"] is True, over.saturation
     assert over.saturation["ttft_ms"]["lower"] > 0 and over.saturation["in_flight"]["lower"] > 0
@@ -89,3 +94,15 @@ def test_a_level_past_saturation_is_detected_and_the_engine_seen_queueing(
     steps = results["heavy"].telemetry_steps()
     assert steps["telemetry.r30.waiting"][0][0] == 0 and max(
         v for _, v in steps["telemetry.r30.waiting"]) == tel["peak_waiting"]
+    found = results["search"].capacity
+    assert found["knob"] == "request_rate" and len(found["tried"]) <= 8
+    assert found["held"] is not None and found["not_held"] is not None, found
+    assert found["not_held"] - found["held"] <= 0.25 * found["held"] or "spent" in found["stopped"]
+    searched = [t for t in found["tried"] if not t["named"]]  # r2, the named level, first
+    assert found["tried"][0]["level"] == 2.0 and found["tried"][0]["named"]
+    for t, lv in zip(searched, results["search"].searched, strict=True):
+        assert t["held"] == (bool(lv.slo["meets_slo"]) and not lv.saturation["over_saturated"])
+        assert lv.request_rate == t["level"] and lv.completed == 24
+    levels = results["search"].levels + results["search"].searched
+    assert found["request_throughput"] == next(lv.request_throughput for lv in levels
+                                               if lv.request_rate == found["held"])

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from pathlib import Path
+
+import pytest
 
 from workbench.config.run_config import load_config
 from workbench.plan.plan import Outputs, plan
 from workbench.sweep.table import SweepRow
-from workbench.tune.budget import next_trial_s, second_look_growth
+from workbench.tune.budget import next_trial_s, second_look_growth, trial_price
 
 DEFAULT = Path(__file__).resolve().parents[2] / "configs" / "default.yaml"
 
@@ -53,3 +57,22 @@ def test_the_growth_of_a_second_look_counts_the_default_configs_items() -> None:
     assert second_look_growth(p) == 1 + every / sample
     one_look = plan(cfg.with_profile("full"), "int4", Outputs(runs_dir=None))
     assert second_look_growth(one_look) == 1.0  # every item already: nothing to grow
+
+
+def test_a_trial_is_priced_from_where_its_time_went(tmp_path: Path) -> None:
+    # the default tune's first trial (issue 23): 949 s, of which the baseline's suites
+    # 319 s (measured once, then cached) and the candidate's 267 s
+    spans = [{"name": "quantise", "kind": "quantise", "start_s": 0, "seconds": 91},
+             {"name": "baseline: arithmetic", "kind": "suite", "start_s": 91, "seconds": 319},
+             {"name": "candidate: arithmetic", "kind": "suite", "start_s": 500, "seconds": 267}]
+    (tmp_path / "timing.json").write_text(json.dumps({"wall_time_s": 949, "spans": spans}))
+    first = dataclasses.replace(row(949.0), run_dir=str(tmp_path))
+    # a first look without the baseline's suites, and a second look's suites on both sides
+    assert next_trial_s([first], growth=4.3) == pytest.approx(949 - 319 + (267 + 319) * 3.3)
+    # once a trial of the tune has looked twice, the baseline's every item is cached
+    twice = dataclasses.replace(row(2089.0, looks=2), run_dir=str(tmp_path))
+    assert next_trial_s([first, twice], growth=4.3) == pytest.approx(2089.0)
+    assert next_trial_s([dataclasses.replace(first, evaluate_s=100.0), twice], growth=4.3) \
+        == pytest.approx(2089.0)
+    cheaper = dataclasses.replace(first, looks=1)
+    assert trial_price(cheaper, 4.3, looked_twice=True) == pytest.approx(949 - 319 + 267 * 3.3)

@@ -11,7 +11,8 @@ from pydantic import Field, ValidationError, model_validator
 from workbench.mechanisms.errors import InputError
 from workbench.mechanisms.yaml_io import StrictModel, format_validation_error, read_yaml
 
-__all__ = ["LATENCY_METRICS", "MEMORY_METRICS", "SECTIONS", "FidelityGate", "GatePolicy",
+__all__ = ["LATENCY_METRICS", "MEMORY_METRICS", "SECTIONS", "CapacityGate", "FidelityGate",
+           "GatePolicy",
            "HealthGate", "LatencyGate", "MemoryGate", "QualityGate", "SLOGate", "SuiteDefault",
            "Ungated", "load_gate_policy", "split_confidence"]
 
@@ -182,6 +183,15 @@ class MemoryGate(StrictModel):
         return self
 
 
+class CapacityGate(StrictModel):
+    """The candidate's capacity at the SLO (the heaviest load it held, searched: the load
+    profile's `capacity`) against the baseline's: e.g. min_ratio 1.0, at least as much."""
+
+    min_ratio: float = Field(gt=0, description="Lowest tolerated candidate/baseline ratio")
+    devices: list[Literal["cpu", "cuda"]] = Field(default=["cpu", "cuda"])
+    informational: bool = Field(default=False, description="Judged and shown, not counted")
+
+
 SECTIONS = ("quality", "safety", "structured")  # the paired sections, by suite kind
 
 Objective = Literal["cost", "throughput", "weights", "kv_capacity"]
@@ -235,6 +245,9 @@ class GatePolicy(StrictModel):
     latency: list[LatencyGate] = Field(default_factory=list)
     slo: list[SLOGate] = Field(default_factory=list)
     memory: list[MemoryGate] = Field(default_factory=list)
+    capacity: list[CapacityGate] = Field(default_factory=list, description="Capacity at the "
+                                         "SLO, candidate/baseline (needs a load profile with "
+                                         "capacity)")
     sweep: SweepPolicy = Field(default_factory=SweepPolicy,
                                description="How a sweep ranks the candidates that passed")
 

@@ -68,6 +68,20 @@ class LengthDist(StrictModel):
         return self.value if self.distribution == "fixed" and self.value else (self.max or 0)
 
 
+class CapacitySearch(StrictModel):
+    """The heaviest load that holds the SLO, searched: levels doubled from `start` until one
+    does not hold, then bisected (docs/load.md, "Capacity at the SLO")."""
+
+    start: float | None = Field(default=None, gt=0, description="The first level searched "
+                                "(arrivals/s or requests in flight); default the profile's "
+                                "lightest level")
+    resolution: float = Field(default=0.1, gt=0, lt=1, description="Bisect until the level "
+                              "that does not hold is within this share above the one that does")
+    max_levels: int = Field(default=8, ge=2, le=30, description="Levels searched at most")
+    max_seconds: float = Field(default=600, gt=0, description="No search level starts after "
+                               "this long (per engine session)")
+
+
 class LoadProfile(StrictModel):
     """One named workload: request shapes, how they arrive, the levels swept, the SLO."""
 
@@ -98,6 +112,9 @@ class LoadProfile(StrictModel):
         default=None, gt=0, description="Stop sending new requests after this long per level")
     warmup_prompts: int = Field(default=2, ge=0, description="Sent before the first level; "
                                                               "in no figure")
+    capacity: CapacitySearch | None = Field(
+        default=None, description="Also search for the heaviest level that holds the SLO "
+                                  "(needs slo; concurrency or request_rate)")
     telemetry_interval_s: float = Field(
         default=0.5, ge=0.05, le=10, description="Seconds between reads of the engine's "
                                                  "/metrics during a level: its telemetry series")
@@ -122,6 +139,9 @@ class LoadProfile(StrictModel):
             raise ValueError("give exactly one of concurrency (a sweep), request_rate "
                              "(arrivals per second) or trace (a replay file); got "
                              f"{given or 'none'}")
+        if self.capacity is not None and (self.slo is None or self.mode == "trace"):
+            raise ValueError("capacity: the search needs an slo to hold and a concurrency or "
+                             "request_rate profile to vary")
         if self.shared_prefix_tokens and self.shared_prefix_tokens >= self.prompt_tokens.lower:
             raise ValueError(f"shared_prefix_tokens ({self.shared_prefix_tokens}) must be "
                              f"below the shortest prompt ({self.prompt_tokens.lower})")

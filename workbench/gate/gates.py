@@ -20,6 +20,7 @@ from workbench.config.gate_policy import (
     MemoryGate,
     QualityGate,
 )
+from workbench.gate.capacity import capacity_outcome
 from workbench.gate.comparability import comparability
 from workbench.gate.evidence import Evidence, GateId, GateOutcome
 from workbench.gate.floors import rate_bound, slo_outcome
@@ -325,6 +326,8 @@ def evaluate_gates(policy: GatePolicy, ev: Evidence, seed: int,
         outcomes.append(slo_outcome(slo, ev, compared.confidence, seed))
     for mem in policy.memory:
         outcomes.append(_memory_outcome(mem, ev))
+    for cap in policy.capacity:
+        outcomes.append(capacity_outcome(cap, ev))
     if ev.servers is not None:
         outcomes.append(comparability(*ev.servers, ev.base_suites, ev.cand_suites)[1])
     return bound_false_rejects(outcomes, policy)

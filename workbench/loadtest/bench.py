@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 import subprocess
 import time
 from collections.abc import Callable
@@ -23,6 +24,7 @@ from pathlib import Path
 import httpx
 
 from workbench.config.run_config import LoadProfile
+from workbench.loadtest.capacity import Capacity, search_capacity
 from workbench.loadtest.client import WATCH_INTERVAL_S, LoadClient
 from workbench.loadtest.engine_metrics import parse_scrape, server_side_level
 from workbench.loadtest.results import (
@@ -88,6 +90,8 @@ def level_requests(profile: LoadProfile, trace: Path | None, max_model_len: int
         return requests[:profile.num_prompts] if profile.num_prompts else requests
     return draw_requests(profile, profile.requests_per_level or 16, profile.seed)
 
+
+SEARCH_SALT = 100  # the capacity search's levels draw prompt tokens apart from the named ones'
 
 MISSED_PROBES = 3  # /health unanswered this many times in a row (5 s timeout each): hung
 
@@ -193,28 +197,51 @@ def _wait_for(url: str, proc: subprocess.Popen, log_file: Path, timeout_s: float
     raise InfraError(f"zero-work endpoint not up after {timeout_s:.0f}s; see {log_file}")
 
 
-def _level(client: LoadClient, base_url: str, served_name: str, tokenizer: Path,
-           profile: LoadProfile, requests: list[Request], index: int, out_dir: Path,
-           watch: Watchdog, check_engine: Callable[[], None],
-           scrape: Callable[[], str] | None) -> LevelResult:
-    """One level of the profile: its requests sent, the client's figures, the SLO's, and
-    the engine's own from the /metrics scrapes around it."""
-    value = profile.levels[index]
-    label = level_label(profile, value)
+@dataclasses.dataclass(frozen=True)
+class Session:
+    """What every level of one load test sends through: the client, the engine, and the
+    watch kept on it."""
+
+    client: LoadClient
+    base_url: str
+    served_name: str
+    tokenizer: Path
+    profile: LoadProfile
+    requests: list[Request]
+    watch: Watchdog
+    check_engine: Callable[[], None]
+    scrape: Callable[[], str] | None
+
+
+def _level(s: Session, value: float, salt: int, out_dir: Path) -> LevelResult:
+    """One level: its requests sent (their prompt tokens drawn with `salt`, so no level
+    hits another's prefix cache), then what they measured (_measured)."""
+    label = level_label(s.profile, value)
+    out_dir.mkdir(parents=True, exist_ok=True)
     trace_file = out_dir / f"requests-{label}.jsonl"
-    chunk = write_timed_trace(requests, profile.shared_prefix_tokens, index, trace_file)
+    chunk = write_timed_trace(s.requests, s.profile.shared_prefix_tokens, salt, trace_file)
     raw_file = out_dir / f"bench-{label}.json"
-    args = bench_args(base_url, served_name, tokenizer, profile, value, trace_file, chunk,
-                      len(requests), raw_file)
-    watch.reset()
+    args = bench_args(s.base_url, s.served_name, s.tokenizer, s.profile, value, trace_file,
+                      chunk, len(s.requests), raw_file)
+    s.watch.reset()
     with contextlib.ExitStack() as during:
-        sampler = during.enter_context(Sampler(scrape, profile.telemetry_interval_s)) \
-            if scrape else None
+        sampler = during.enter_context(Sampler(s.scrape, s.profile.telemetry_interval_s)) \
+            if s.scrape else None
         try:
-            raw = client.run(args, out_dir / f"bench-{label}.log", raw_file,
-                             f"at level {label}", watch)
+            raw = s.client.run(args, out_dir / f"bench-{label}.log", raw_file,
+                               f"at level {label}", s.watch)
         finally:
-            check_engine()
+            s.check_engine()
+    level = _measured(raw, s.profile, value, raw_file, sampler)
+    if level.completed == 0:
+        raise InfraError(f"load test at level {label}: no request completed; see {raw_file}")
+    return level
+
+
+def _measured(raw: dict, profile: LoadProfile, value: float, raw_file: Path,
+              sampler: Sampler | None) -> LevelResult:
+    """The client's figures, the SLO's, the over-saturation test, and the engine's own
+    from the /metrics series read through the level."""
     level = parse_level(raw, profile, value, raw_file)
     level = dataclasses.replace(level, saturation=saturation(raw))
     if profile.slo is not None:
@@ -225,8 +252,6 @@ def _level(client: LoadClient, base_url: str, served_name: str, tokenizer: Path,
         level = dataclasses.replace(level, server={"boundary": SERVER_BOUNDARY, **server},
                                     telemetry=sampler.telemetry())
         level = dataclasses.replace(level, agreement=agreement(level))
-    if level.completed == 0:
-        raise InfraError(f"load test at level {label}: no request completed; see {raw_file}")
     return level
 
 
@@ -235,6 +260,7 @@ def run_load_test(
     requests: list[Request], name: str = "",
     check_engine: Callable[[], None] = lambda: None,
     on_level: Callable[[LevelResult], None] = lambda _lv: None,
+    on_searched: Callable[[LevelResult, bool, str], None] = lambda *_: None,
     scrape: Callable[[], str] | None = None,
     ceiling: bool = True,
     responsive: Callable[[], bool] = lambda: True,
@@ -248,7 +274,9 @@ def run_load_test(
     level for the server-side figures; ceiling measures the load generator's own limit
     after the levels. responsive and stall_s feed the watchdog (Watchdog) that ends a level
     whose engine has hung. client: the session's load client (started beforehand, and
-    left running); without one, a client for this call."""
+    left running); without one, a client for this call. When the profile asks for a
+    capacity search (profile.capacity), it runs after the named levels, each of its levels
+    reported to on_searched with whether it held and why."""
     out_dir.mkdir(parents=True, exist_ok=True)
     watch = Watchdog(check_engine, responsive, scrape, stall_s)
     with contextlib.ExitStack() as own:
@@ -258,13 +286,36 @@ def run_load_test(
             _closed_loop(bench, base_url, served_name, tokenizer, profile, warm, len(warm),
                          "warmup", 999, out_dir, watch)
             check_engine()
+        session = Session(bench, base_url, served_name, tokenizer, profile, requests, watch,
+                          check_engine, scrape)
         levels = []
-        for index in range(len(profile.levels)):
-            levels.append(_level(bench, base_url, served_name, tokenizer, profile, requests,
-                                 index, out_dir, watch, check_engine, scrape))
+        for index, value in enumerate(profile.levels):
+            levels.append(_level(session, value, index, out_dir))
             on_level(levels[-1])
+        capacity, searched = _search(session, out_dir / "capacity", levels, on_searched)
         generator = generator_ceiling(bench, tokenizer, profile, requests, out_dir) if ceiling \
             else GeneratorCeiling()
     return LoadResult(boundary=BOUNDARY, profile=profile.model_dump(), levels=levels,
                       name=name, workload=workload_summary(profile, requests),
-                      generator=generator)
+                      generator=generator, capacity=capacity, searched=searched)
+
+
+def _search(s: Session, out_dir: Path, named: list[LevelResult],
+            on_searched: Callable[[LevelResult, bool, str], None]
+            ) -> tuple[Capacity, list[LevelResult]]:
+    """The capacity search, when the profile asks for one, in its own folder (capacity/):
+    every level it runs sends the profile's requests, salted apart from the named levels',
+    which it counts as tried (the same knob, the same requests, this session)."""
+    spec = s.profile.capacity
+    if spec is None:
+        return Capacity(), []
+    knob = "concurrency" if s.profile.mode == "concurrency" else "request_rate"
+    # requests in flight beyond the level's own requests change nothing: the search's top
+    most = float(len(s.requests)) if knob == "concurrency" else math.inf
+    start = spec.start or s.profile.levels[0]
+    known = {float((lv.concurrency if knob == "concurrency" else lv.request_rate) or 0): lv
+             for lv in named}
+    return search_capacity(spec, knob, start, most,
+                           lambda value, i: _level(s, value, SEARCH_SALT + i, out_dir),
+                           on_searched, known)
+

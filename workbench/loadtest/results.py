@@ -14,9 +14,8 @@ import numpy as np
 from typing_extensions import TypedDict
 
 from workbench.config.run_config import SLO, LoadProfile
-from workbench.loadtest.engine_metrics import ServerLevel
-from workbench.loadtest.saturation import Saturation
-from workbench.loadtest.telemetry import Telemetry
+from workbench.loadtest.capacity import Capacity
+from workbench.loadtest.level import Agreement, LevelResult, MeanAgreement, SLOFigures
 from workbench.loadtest.workload import Request
 
 __all__ = ["AGREEMENT_FLOOR_MS", "AGREEMENT_TOLERANCE", "BOUNDARY", "PERCENTILES",
@@ -42,35 +41,6 @@ AGREEMENT_TOLERANCE = 0.10
 
 
 AGREEMENT_FLOOR_MS = 5.0
-
-
-class SLOFigures(TypedDict, total=False):
-    """slo_figures(): empty when the workload declares no SLO."""
-
-    ttft_p99_ms: float
-    tpot_p99_ms: float
-    goodput_rps: float
-    attainment: float
-    meets_slo: bool
-
-
-class MeanAgreement(TypedDict):
-    client_mean_ms: float
-    server_mean_ms: float
-    diff_ms: float
-    within: bool
-
-
-class Agreement(TypedDict, total=False):
-    """agreement(): client and server means of each latency on the same requests."""
-
-    tolerance: float
-    floor_ms: float
-    ttft: MeanAgreement
-    tpot: MeanAgreement
-    e2el: MeanAgreement
-    server_requests: float
-    client_requests: int
 
 
 class Spread(TypedDict):
@@ -104,39 +74,6 @@ class GeneratorCeiling(TypedDict, total=False):
 
 
 @dataclass(frozen=True)
-class LevelResult:
-    concurrency: int | None  # requests in flight at most (None: unbounded arrival-rate level)
-    completed: int
-    failed: int
-    duration_s: float
-    request_throughput: float  # requests/s
-    output_throughput: float  # output tokens/s
-    ttft_ms: dict[str, float]  # "p50" / "p95" / "p99" / "max" / "mean"
-    tpot_ms: dict[str, float]
-    itl_ms: dict[str, float]
-    e2el_ms: dict[str, float]
-    raw_file: str
-    server: ServerLevel = field(default_factory=lambda: ServerLevel())
-    slo: SLOFigures = field(default_factory=lambda: SLOFigures())
-    label: str = ""  # "c8" (concurrency), "r2" (arrivals/s), "x1" (trace replay speed)
-    request_rate: float | None = None  # arrivals per second, open-loop levels
-    skipped: int = 0  # requests not sent: past the level's max_duration_s
-    agreement: Agreement = field(default_factory=lambda: Agreement())
-    # the engine's state over the level (telemetry.py) and whether it outran the engine
-    telemetry: Telemetry = field(default_factory=lambda: Telemetry())
-    saturation: Saturation = field(default_factory=lambda: Saturation())
-
-    @property
-    def key(self) -> str:
-        return self.label or f"c{self.concurrency}"
-
-    @property
-    def error_rate(self) -> float:
-        sent = self.completed + self.failed
-        return round(self.failed / sent, 4) if sent else 0.0
-
-
-@dataclass(frozen=True)
 class LoadResult:
     boundary: str
     profile: dict[str, Any]  # the load profile as configured (config.LoadProfile)
@@ -147,6 +84,9 @@ class LoadResult:
     # the same workload in later engine sessions (load.rounds), interleaved with the other
     # model's: the latency gates compare all rounds; every other figure is this round's
     rounds: list[LoadResult] = field(default_factory=list)
+    # the heaviest level that holds the SLO, searched (capacity.py), and the levels it ran
+    capacity: Capacity = field(default_factory=lambda: Capacity())
+    searched: list[LevelResult] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -154,7 +94,8 @@ class LoadResult:
     @classmethod
     def from_dict(cls, data: dict) -> LoadResult:
         return cls(**{**data, "levels": [LevelResult(**x) for x in data["levels"]],
-                      "rounds": [cls.from_dict(r) for r in data.get("rounds", [])]})
+                      "rounds": [cls.from_dict(r) for r in data.get("rounds", [])],
+                      "searched": [LevelResult(**x) for x in data.get("searched", [])]})
 
     def metrics(self) -> dict[str, float]:
         """Every level's figures, flattened for MLflow (keys start with the level)."""
@@ -174,6 +115,9 @@ class LoadResult:
             out.update(_engine_state(lv))
         if self.generator:
             out["generator.output_throughput"] = self.generator["output_throughput"]
+        out.update({f"capacity.{k}": float(v) for k, v in self.capacity.items()
+                    if k in ("held", "not_held", "request_throughput", "output_throughput")
+                    and isinstance(v, (int, float))})
         stable = self.max_stable_level()
         if stable is not None:
             out["max_stable_level"] = self.levels.index(stable) + 1

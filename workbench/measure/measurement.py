@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.markup import escape
 
 from workbench.config.run_config import RunConfig
 from workbench.loadtest.bench import run_load_test
@@ -33,6 +33,8 @@ from workbench.mechanisms.digests import sha256_json
 from workbench.mechanisms.errors import InfraError
 from workbench.mechanisms.files import write_json
 from workbench.mechanisms.paths import cache_root
+from workbench.mechanisms.progress import counted, status
+from workbench.mechanisms.timing import span
 from workbench.serve.engine import (
     Endpoint,
     EngineServer,
@@ -104,27 +106,24 @@ def baseline_key(cfg: RunConfig, model_digest: str, suites: list[Suite], device:
     })
 
 
-def _progress(console: Console) -> Progress:
-    return Progress(TextColumn("  {task.description}"), BarColumn(), MofNCompleteColumn(),
-                    TimeElapsedColumn(), console=console, transient=False)
-
-
 def _run_suites(cfg: RunConfig, srv: EngineServer | Endpoint, served: str, suites: list[Suite],
-                out_dir: Path, console: Console, tokenizer_dir: Path) -> dict[str, SuiteResult]:
+                out_dir: Path, console: Console, tokenizer_dir: Path, role: str
+                ) -> dict[str, SuiteResult]:
     results = {}
-    with _progress(console) as progress:
+    with counted(console) as progress:
         for suite, name, guided in ((s, n, g) for s in suites for n, g in s.spec.runs()):
             items = suite.sample(cfg.profile, cfg.seed)
             task = progress.add_task(f"{name} ({cfg.profile})", total=len(items))
             try:
-                results[name] = run_suite(
-                    srv.base_url, served, suite, items, seed=cfg.seed,
-                    sink=out_dir / f"items-{name}.jsonl",
-                    timeout_s=cfg.engine.request_timeout_s,
-                    on_item=functools.partial(progress.advance, task),
-                    name=name, guided=guided, tokenizer_dir=tokenizer_dir,
-                    headers=srv.headers,
-                )
+                with span(f"{role}: {name}", "suite"):
+                    results[name] = run_suite(
+                        srv.base_url, served, suite, items, seed=cfg.seed,
+                        sink=out_dir / f"items-{name}.jsonl",
+                        timeout_s=cfg.engine.request_timeout_s,
+                        on_item=functools.partial(progress.advance, task),
+                        name=name, guided=guided, tokenizer_dir=tokenizer_dir,
+                        headers=srv.headers,
+                    )
             except InfraError:
                 srv.check_alive()  # a dead engine is the better explanation, if so
                 raise
@@ -137,11 +136,17 @@ def _kv_usage(server: EngineServer | Endpoint) -> float:
 
 def _print_level(console: Console, role: str, lv: LevelResult) -> None:
     skipped = f", {lv.skipped} not sent (duration bound)" if lv.skipped else ""
-    console.print(f"  [{role}] load {lv.key}: {lv.completed} requests, "
+    console.print(f"  \\[{role}] load {lv.key}: {lv.completed} requests, "
                   f"{lv.output_throughput:.1f} out tok/s, TTFT p50/p99 "
                   f"{lv.ttft_ms['p50']:.0f}/{lv.ttft_ms['p99']:.0f} ms, TPOT p50/p99 "
                   f"{lv.tpot_ms['p50']:.1f}/{lv.tpot_ms['p99']:.1f} ms{skipped}"
                   f"{state_text(lv.telemetry, lv.saturation)}")
+
+
+def _print_searched(console: Console, role: str, lv: LevelResult, ok: bool, why: str) -> None:
+    verdict = "[green]held[/]" if ok else "[red]did not hold[/]"
+    console.print(f"  \\[{role}] capacity search {lv.key}: {verdict} ({escape(why)}), "
+                  f"{lv.request_throughput:.2f} req/s, {lv.output_throughput:.1f} out tok/s")
 
 
 @contextlib.contextmanager
@@ -176,15 +181,16 @@ def _server(cfg: RunConfig, role: str, model_dir: Path, served: str, extra_args:
 def _start(server: EngineServer | Endpoint, role: str, model_dir: Path, device: str,
            console: Console) -> None:
     if isinstance(server, Endpoint):
-        with console.status(f"[{role}] reading endpoint {server.base_url}"):
+        with status(console, f"\\[{role}] reading endpoint {server.base_url}"):
             server.start()
-        console.print(f"  [{role}] endpoint {server.base_url} serves "
+        console.print(f"  \\[{role}] endpoint {server.base_url} serves "
                       f"{server.info.served_name} (vLLM {server.info.version}); not "
                       f"measurable there: {', '.join(server.info.unmeasured)}")
     else:
-        with console.status(f"[{role}] starting vLLM ({device}) for {model_dir.name}"):
+        with status(console, f"\\[{role}] starting vLLM ({device}) for {model_dir.name}"), \
+                span(f"{role}: engine start", "engine_start"):
             server.start()
-        console.print(f"  [{role}] engine healthy after {server.info.cold_start_s:.1f}s "
+        console.print(f"  \\[{role}] engine healthy after {server.info.cold_start_s:.1f}s "
                       f"(vLLM {server.info.version}, log {server.log_file})")
 
 
@@ -211,14 +217,16 @@ def measure(cfg: RunConfig, role: str, model_dir: Path, served: str, extra_args:
             with PeakSampler(pgid, functools.partial(_kv_usage, server)) as peaks:
                 client.start()  # if not yet: it imports while the suites run
                 suite_results = _run_suites(cfg, server, server.info.served_name, suites,
-                                            out_dir, console, tokenizer_dir)
-                with console.status(f"[{role}] load profile {cfg.load.profile!r}: warm-up, "
-                                    f"levels {', '.join(f'{x:g}' for x in cfg.workload.levels)}"):
+                                            out_dir, console, tokenizer_dir, role)
+                with status(console, f"\\[{role}] load profile {cfg.load.profile!r}: warm-up, "
+                                    f"levels {', '.join(f'{x:g}' for x in cfg.workload.levels)}"), \
+                        span(f"{role}: load test", "load"):
                     load = run_load_test(
                         server.base_url, server.info.served_name, tokenizer_dir, cfg.workload,
                         out_dir / "load", requests, name=cfg.load.profile,
                         check_engine=server.check_alive, scrape=server.metrics,
                         on_level=functools.partial(_print_level, console, role),
+                        on_searched=functools.partial(_print_searched, console, role),
                         ceiling=ceiling, responsive=server.responsive,
                         stall_s=cfg.engine.request_timeout_s, client=client)
         # read after the load, when the engine has reported its final cache figures
@@ -231,7 +239,8 @@ def measure(cfg: RunConfig, role: str, model_dir: Path, served: str, extra_args:
                         cfg.endpoints.devices(role) if attached else cfg.engine.devices)
     finally:
         client.stop()
-        server.stop()
+        with span(f"{role}: engine stop", "engine_stop"):
+            server.stop()
     result = Measurement(role, server.info, suite_results, load,
                          round(time.perf_counter() - started, 2), room.to_dict())
     write_json(out_dir / MEASUREMENT_FILE, result.to_dict())

@@ -29,6 +29,7 @@ from workbench.gate.verdict import judge, token_fidelity
 from workbench.measure.pair import ROLES, MeasuredPair, measure_pair
 from workbench.mechanisms.errors import InfraError
 from workbench.mechanisms.files import new_run_dir, write_json
+from workbench.mechanisms.timing import current, span, timeline
 from workbench.pipeline.quantize import quantize_planned
 from workbench.plan.plan import Outputs, Plan, plan
 from workbench.record.build import build_record
@@ -48,12 +49,14 @@ __all__ = ["evaluate_planned", "measure_planned", "run_evaluate"]
 
 
 @contextmanager
-def stage(name: str, folder: Path) -> Iterator[None]:
-    """A file-system failure inside a stage (disk full, a folder made read-only mid-run)
-    becomes an infrastructure error naming the stage and the path (the file when the
-    error knows it, else the folder the stage writes in), not a bare OSError."""
+def stage(name: str, folder: Path, kind: str = "stage") -> Iterator[None]:
+    """A stage, timed into the run's timeline (timing.json). A file-system failure inside
+    it (disk full, a folder made read-only mid-run) becomes an infrastructure error naming
+    the stage and the path (the file when the error knows it, else the folder the stage
+    writes in), not a bare OSError."""
     try:
-        yield
+        with span(name, kind):
+            yield
     except OSError as err:
         if isinstance(err, (ConnectionError, TimeoutError)):
             raise
@@ -75,7 +78,7 @@ def measure_planned(p: Plan, run_dir: Path, console: Console, remeasure: bool
     on Ray runs this in a task on the candidate's devices (sweep/fanout.py). A plan judged
     on half of the items (p.split) hands on only that half: the run folder and the cache
     keep every item, nothing downstream sees the other half."""
-    with stage("quantise", run_dir):
+    with stage("quantise", run_dir, "quantise"):
         artifact = quantize_planned(p, run_dir, console)
     with stage("measure", run_dir):
         return measure_pair(p, artifact, run_dir, console, remeasure).restricted(p.split,
@@ -90,16 +93,23 @@ def _keep_inputs(p: Plan, run_dir: Path) -> None:
 
 
 def _judge_and_record(p: Plan, pair: MeasuredPair, run_dir: Path, tracker: Tracker,
-                      started: float, looks: Looks) -> DecisionRecord:
-    with stage("record", run_dir):
+                      looks: Looks) -> DecisionRecord:
+    with stage("judge and record", run_dir, "judge"):
         fidelity = token_fidelity(p.suites, run_dir, p.split.keeps if p.split else None)
         report = judge(p.policy, p.cfg.resolve(p.cfg.gates), pair.baseline, pair.candidate,
                        fidelity, p.device, run_dir, p.cfg.seed, looks)
         rec = build_record(p, pair, report, fidelity, run_dir, mlflow_section(tracker))
         write_record(run_dir, rec)
-        write_json(run_dir / "timing.json",
-                   {"wall_time_s": round(time.perf_counter() - started, 2)})
+        _write_timing(run_dir)
     return rec
+
+
+def _write_timing(run_dir: Path) -> None:
+    """timing.json: every stage's span, seconds per kind, the engine-busy share
+    (mechanisms/timing.py)."""
+    line = current()
+    if line is not None:
+        write_json(run_dir / "timing.json", line.to_json())
 
 
 def _first_look(p: Plan, handed_over: bool) -> Looks:
@@ -144,6 +154,13 @@ def evaluate_planned(p: Plan, run_dir: Path, console: Console, remeasure: bool =
     measure the pair, judge, record, log. `sweep` calls this for each of its candidates,
     as a child run of the sweep's MLflow run (parent); a fanned-out sweep passes
     `measured`, which hands over what a Ray task measured (or raises what it failed with)."""
+    with timeline():
+        return _evaluate(p, run_dir, console, remeasure, parent, measured)
+
+
+def _evaluate(p: Plan, run_dir: Path, console: Console, remeasure: bool,
+              parent: Tracker | None, measured: Callable[[], MeasuredPair] | None
+              ) -> DecisionRecord:
     _keep_inputs(p, run_dir)
     console.print(f"run folder {run_dir} · device {p.device} · engine {p.engine_version}")
     started = time.perf_counter()
@@ -154,18 +171,22 @@ def evaluate_planned(p: Plan, run_dir: Path, console: Console, remeasure: bool =
             measure = measured or functools.partial(measure_planned, p, run_dir, console,
                                                     remeasure)
             pair = measure()
-            rec = _judge_and_record(p, pair, run_dir, tracker, started,
+            rec = _judge_and_record(p, pair, run_dir, tracker,
                                     _first_look(p, handed_over=measured is not None))
             looked_again = _second_look(p, rec, run_dir, console, remeasure)
             if looked_again is not None:
                 p, pair, looks = looked_again
-                rec = _judge_and_record(p, pair, run_dir, tracker, started, looks)
-            log_run(tracker, rec, {role: pair.side(role) for role in ROLES},
-                    [(s.name, s.path, s.digest) for s in p.suites])
+                rec = _judge_and_record(p, pair, run_dir, tracker, looks)
+            with span("MLflow: metrics, runs, registry", "log"):
+                log_run(tracker, rec, {role: pair.side(role) for role in ROLES},
+                        [(s.name, s.path, s.digest) for s in p.suites])
         finally:
-            tracker.log_artifacts(run_dir)  # partial results too, when a stage failed
+            _write_timing(run_dir)  # a failed run's too: where its time went
+            with span("MLflow: artifacts", "log"):
+                tracker.log_artifacts(run_dir)  # partial results too, when a stage failed
     rec.mlflow.update(tracker.status())
     write_record(run_dir, rec)
+    _write_timing(run_dir)
     print_decision(rec, console)
     console.print(f"decision record: {run_dir / 'decision.json'} · MLflow "
                   f"{tracking_line(tracker, run_dir)} · {time.perf_counter() - started:.0f}s")

@@ -15,6 +15,7 @@ from workbench.config.run_config import Candidate, RunConfig
 from workbench.mechanisms.digests import folder_digest
 from workbench.mechanisms.errors import InputError
 from workbench.mechanisms.files import new_run_dir, write_json
+from workbench.mechanisms.progress import status
 from workbench.plan.plan import Outputs, Plan, check_candidates
 from workbench.quantize.build import QuantizeResult, quantize, show_candidates
 from workbench.quantize.checks import serving_problem
@@ -53,9 +54,9 @@ def _quantize_one(cfg: RunConfig, name: str, cand: Candidate, model_dir: Path,
     def progress(step: str) -> None:
         if step.startswith("cached artifact dropped"):  # worth a line that stays
             console.print(f"[yellow]![/] {escape(step)}")
-        status.update(f"{what} {step}")
+        shown.update(f"{what} {escape(step)}")
 
-    with console.status(what) as status:
+    with status(console, what) as shown:
         q = quantize(cfg, name, cand, model_dir, model_digest, run_dir / "quantize.log",
                      on_progress=progress)
     console.print(f"[green]✓[/] quantise {name}: {_summary(q)}")

@@ -72,9 +72,17 @@ def _cost(p: Plan, role: str, load: LoadResult) -> CostSection:
     heaviest = load.levels[-1] if load.levels else None
     level = load.max_stable_level() if work.slo is not None else heaviest
     source = "config" if work.price_per_hour else f"illustrative default for {p.device}"
-    return {**cost_figures(level, per_device * devices), "devices": devices,  # type: ignore[typeddict-item]
-            "price_per_device_hour": per_device,
-            "price_source": f"{source}, x {devices} devices" if devices > 1 else source}
+    cost: CostSection = {
+        **cost_figures(level, per_device * devices), "devices": devices,  # type: ignore[typeddict-item]
+        "price_per_device_hour": per_device,
+        "price_source": f"{source}, x {devices} devices" if devices > 1 else source}
+    cap = load.capacity
+    if cap.get("held") is not None and cap.get("output_throughput"):
+        cost["at_capacity"] = {
+            "knob": cap["knob"], "held": float(cap["held"] or 0),
+            "usd_per_million_output_tokens": round(
+                per_device * devices / 3600 / float(cap["output_throughput"] or 1) * 1e6, 4)}
+    return cost
 
 
 def _sampling(p: Plan) -> Sampling:

@@ -172,6 +172,14 @@ class QuantizationSection(TypedDict, total=False):
     path: str
 
 
+class CapacityCost(TypedDict):
+    """What serving costs at the capacity the search found (the heaviest level held)."""
+
+    knob: str
+    held: float
+    usd_per_million_output_tokens: float
+
+
 class CostSection(TypedDict):
     price_per_hour: float  # for the whole engine: price_per_device_hour x devices
     devices: NotRequired[int]
@@ -181,6 +189,7 @@ class CostSection(TypedDict):
     usd_per_million_output_tokens: NotRequired[float]
     usd_per_good_request: NotRequired[float | None]
     price_source: str
+    at_capacity: NotRequired[CapacityCost]
 
 
 class Registry(TypedDict):

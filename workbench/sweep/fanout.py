@@ -36,6 +36,7 @@ from workbench.measure.pair import MeasuredPair, baseline_entry, measure_baselin
 from workbench.mechanisms import cache_entry
 from workbench.mechanisms.errors import InfraError, InputError, WorkbenchError
 from workbench.mechanisms.files import read_json
+from workbench.mechanisms.progress import status
 from workbench.pipeline.evaluate import measure_planned
 from workbench.plan.plan import Outputs, Plan, plan
 from workbench.quantize.build import QuantizeResult
@@ -271,7 +272,7 @@ def fan_out(plans: list[Plan], cluster: Cluster, remeasure: bool, console: Conso
     tasks = _Reservations(cluster, {k: os.environ[k] for k in FORWARDED_ENV if k in os.environ})
     running: dict[Any, int] = {}
     try:
-        with console.status(f"baseline: measuring its suites once on {cluster.where}"):
+        with status(console, f"baseline: measuring its suites once on {cluster.where}"):
             ref = tasks.start(_baseline_entry_task, first, config_path, profiles,
                               first.candidate_name, cluster.device)
             entry = ray.get(ref)

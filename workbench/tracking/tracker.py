@@ -16,6 +16,7 @@ import os
 import re
 import socket
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -34,7 +35,10 @@ R = TypeVar("R")
 # A lost server should cost seconds, not MLflow's default of 7 retries with a 120 s timeout
 # each (18 minutes were measured); the user's own settings win.
 CLIENT_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10",
-                   "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1"}
+                   "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+                   # MLflow's INFO lines (creating database tables, ...) are its own
+                   # housekeeping; its warnings still reach the console
+                   "MLFLOW_LOGGING_LEVEL": "WARNING"}
 
 
 # MLflow accepts only these characters in a metric name; suite and slice labels are free text.
@@ -234,7 +238,13 @@ class Tracker:
         from mlflow.data.meta_dataset import MetaDataset
 
         for name, folder, digest in suites:
-            source = resolve_dataset_source(folder.resolve().as_uri())
+            with warnings.catch_warnings():
+                # MLflow registers its local-file source twice and warns that a file:// URI
+                # matches both; it picks one and the run is the same either way: not the
+                # user's to read (docs/gates.md, "MLflow")
+                warnings.filterwarnings("ignore", message="The specified dataset source can "
+                                        "be interpreted in multiple ways")
+                source = resolve_dataset_source(folder.resolve().as_uri())
             mlflow.log_input(MetaDataset(source, name=name, digest=digest[:36]),  # type: ignore[abstract]
                              context="evaluation")
 

@@ -4,15 +4,19 @@
 trial's cost is known only after it ran, and it is not the same for every trial: one whose
 sample leaves gates open and fails none takes a second look at every item (gate/looks.py),
 which on the default model cost 3.7 times a trial that stopped at its first look (2,089 s
-against 568 s, docs/benchmarks.md, issue 23). So the next trial is priced at its worst
-case: the dearest first look measured so far, grown by the items a second look adds, in
-proportion to the items the first look answered (docs/tune.md, "Budget").
+against 568 s, docs/benchmarks.md, issue 23), and the first trial of a tune also measures
+the baseline's suites, which later trials read from the cache. So the next trial is priced
+at its worst case from where the trials' time went (timing.json): a first look without the
+baseline's suites, and a second look's suites grown by the items it adds (docs/tune.md,
+"Budget").
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 
 from workbench.config.gate_policy import Objective
 from workbench.gate.looks import planned_looks
@@ -45,9 +49,39 @@ def second_look_growth(p: Plan) -> float:
 
 
 def next_trial_s(rows: Iterable[SweepRow], growth: float) -> float:
-    """The next trial's worst-case seconds: the dearest trial measured in this tune, a
-    trial that stopped at one look counted as if it had taken the second. 0 before any
-    trial was measured here (cached trials cost nothing, and say nothing of the next)."""
+    """The next trial's worst-case seconds: the dearest trial measured in this tune, priced
+    by trial_price. 0 before any trial was measured here (cached trials cost nothing, and
+    say nothing of the next)."""
     measured = [r for r in rows if r.measured_now and r.evaluate_s is not None]
-    return max(((r.evaluate_s or 0.0) * (1.0 if r.looks == 2 else growth)
-                for r in measured), default=0.0)
+    looked_twice = any(r.looks == 2 for r in measured)
+    return max((trial_price(r, growth, looked_twice) for r in measured), default=0.0)
+
+
+def trial_price(row: SweepRow, growth: float, looked_twice: bool) -> float:
+    """What a trial like this one may cost next time, from where its time went
+    (its timing.json). The baseline's suites are measured once per tune and cached, so
+    they leave the price of a first look; a second look answers (growth - 1) times the
+    sample's items again, for the candidate's suites and, until some trial of this tune
+    has looked twice, the baseline's. A trial that looked twice is priced at what it took;
+    one without a timeline (measured before timing.json had stages) at its wall time,
+    grown whole."""
+    wall = row.evaluate_s or 0.0
+    spans = _suite_seconds(Path(row.run_dir) / "timing.json") if row.run_dir else None
+    if row.looks == 2:
+        return wall
+    if spans is None:
+        return wall * growth
+    baseline, candidate = spans
+    extra = (candidate + (0.0 if looked_twice else baseline)) * (growth - 1)
+    return wall - baseline + extra
+
+
+def _suite_seconds(timing: Path) -> tuple[float, float] | None:
+    """Seconds the baseline's and the candidate's suites took in a run (timing.json)."""
+    try:
+        spans = json.loads(timing.read_text())["spans"]
+    except (OSError, ValueError, KeyError):
+        return None
+    base, cand = (sum(s["seconds"] for s in spans if s["kind"] == "suite"
+                      and s["name"].startswith(f"{role}:")) for role in ("baseline", "candidate"))
+    return float(base), float(cand)

@@ -1,0 +1,103 @@
+"""The capacity search's schedule against oracles with a known capacity, and what holds."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from workbench.config.load import CapacitySearch
+from workbench.loadtest.capacity import held, next_level, search_capacity
+from workbench.loadtest.results import LevelResult
+
+STATS = {"p50": 100.0, "p95": 150.0, "p99": 200.0, "max": 250.0, "mean": 110.0}
+
+
+def level(value: float, holds: bool, over: bool = False) -> LevelResult:
+    ttft = {**STATS, "p99": 200.0 if holds else 2000.0}
+    return LevelResult(None, 16, 0, 4.0, value, 10 * value, ttft, STATS, STATS, STATS, "raw",
+                       slo={"ttft_p99_ms": 800, "tpot_p99_ms": 300, "meets_slo": holds},
+                       label=f"r{value:g}", request_rate=value,
+                       saturation={"test": "t", "over_saturated": over})
+
+
+@given(capacity=st.floats(0.05, 500), start=st.floats(0.1, 20))
+def test_a_rate_search_brackets_the_capacity_within_its_resolution(capacity: float,
+                                                                   start: float) -> None:
+    spec = CapacitySearch(start=start, resolution=0.1, max_levels=30)
+    found, levels = search_capacity(spec, "request_rate", start, math.inf,
+                                    lambda v, _i: level(v, v <= capacity))
+    if found["held"] is None:  # the capacity lies below the floor the search goes down to
+        assert capacity < start / 32 and found["stopped"].startswith("settled")
+        return
+    assert found["held"] <= capacity < found["not_held"]
+    assert found["not_held"] - found["held"] <= 0.1 * found["held"] + 1e-9
+    # doubling, then bisection: logarithmic in the ratio, then in 1 / resolution
+    assert len(levels) <= abs(math.log2(capacity / start)) + math.log2(10) + 4
+
+
+@given(capacity=st.integers(0, 70), start=st.integers(1, 8))
+def test_a_concurrency_search_finds_the_exact_capacity(capacity: int, start: int) -> None:
+    spec = CapacitySearch(start=start, max_levels=30)
+    found, levels = search_capacity(spec, "concurrency", start, 64,
+                                    lambda v, _i: level(v, v <= capacity))
+    if capacity == 0:
+        assert found["held"] is None and found["not_held"] == 1
+    elif capacity >= 64:
+        assert found["held"] == 64 and found["not_held"] is None
+    else:
+        assert found["held"] == capacity and found["not_held"] == capacity + 1
+    assert len({t["level"] for t in found["tried"]}) == len(levels)  # none twice
+
+
+def test_the_search_stops_at_its_bounds_and_says_so() -> None:
+    spec = CapacitySearch(start=1, max_levels=3)
+    found, levels = search_capacity(spec, "request_rate", 1, math.inf,
+                                    lambda v, _i: level(v, True))
+    assert len(levels) == 3 and found["held"] == 4 and found["not_held"] is None
+    assert found["stopped"] == "its bound of 3 levels was spent"
+    spec = CapacitySearch(start=1, max_seconds=1e-9)
+    found, levels = search_capacity(spec, "request_rate", 1, math.inf,
+                                    lambda v, _i: level(v, True))
+    assert len(levels) == 1 and "s was spent" in found["stopped"]
+
+
+def test_an_over_saturated_level_does_not_hold_even_within_its_slo() -> None:
+    ok, why = held(level(8, True, over=True))
+    assert not ok and why == "over-saturated"
+    ok, why = held(level(8, False))
+    assert not ok and why == "p99 TTFT 2000 > 800 ms"
+    assert held(level(8, True))[0]
+
+
+def test_a_noisy_hold_above_a_failure_is_not_the_capacity() -> None:
+    # 4 failed while 8 held: the bracket is read below the lightest failure
+    assert next_level({1: True, 2: True, 4: False, 8: True}, 1, 0.1, True, 64) == 3
+    found, _ = search_capacity(CapacitySearch(start=1), "concurrency", 1, 64,
+                               lambda v, _i: level(v, v in (1, 2, 3, 8)))
+    assert found["held"] == 3 and found["not_held"] == 4
+
+
+@pytest.mark.parametrize("tried,expected", [
+    ({}, 2.0), ({2.0: True}, 4.0), ({2.0: True, 4.0: False}, 3.0),
+    ({2.0: True, 4.0: False, 3.0: True}, 3.5), ({2.0: False}, 1.0),
+])
+def test_doubling_then_bisection(tried: dict, expected: float) -> None:
+    assert next_level(tried, 2.0, 0.1, False, math.inf) == expected
+
+
+def test_the_named_levels_count_as_tried_and_are_not_run_again() -> None:
+    known = {1.0: level(1, True), 4.0: level(4, True)}
+    ran: list[float] = []
+
+    def run(value: float, _i: int) -> LevelResult:
+        ran.append(value)
+        return level(value, value <= 6)
+
+    found, levels = search_capacity(CapacitySearch(start=1, resolution=0.2), "request_rate",
+                                    1, math.inf, run, known=known)
+    assert 1.0 not in ran and 4.0 not in ran and ran[0] == 8.0
+    assert [t["named"] for t in found["tried"][:2]] == [True, True]
+    assert found["held"] == 6.0 and found["not_held"] == 7.0 and len(levels) == len(ran)

@@ -1,0 +1,170 @@
+"""The load section of decision.md: the levels on both boundaries, their agreement, the
+generator's ceiling, the engine's state and over-saturation, the capacity at the SLO, the
+SLO table and the cost (render.py places it)."""
+
+from __future__ import annotations
+
+from workbench.record.decision import DecisionRecord
+
+__all__ = ["load_lines", "slo_lines"]
+
+
+def slo_lines(rec: DecisionRecord) -> list[str]:
+    """Goodput per level and the cost at the highest level meeting the SLO."""
+    lines = []
+    rows = [(who, lv) for who in ("baseline", "candidate")
+            for lv in rec.load.get(who, {}).get("levels", []) if lv.get("slo")]
+    if rows:
+        slo = rows[0][1]["slo"]
+        lines += ["", f"SLO: TTFT p99 ≤ {slo['ttft_p99_ms']:.0f} ms, TPOT p99 ≤ "
+                  f"{slo['tpot_p99_ms']:.0f} ms.", "",
+                  "| model | level | meets SLO | goodput req/s | attainment |",
+                  "|---|---|---|---|---|"]
+        lines += [f"| {who} | {_level_name(lv)} | {'yes' if lv['slo']['meets_slo'] else 'no'}"
+                  f" | {lv['slo']['goodput_rps']:.3f} | {lv['slo']['attainment']:.2f} |"
+                  for who, lv in rows]
+    for who, c in rec.cost.items():
+        if c.get("level", c.get("concurrency")) is None:
+            lines.append(f"\nCost ({who}): no load level met the SLO.")
+            continue
+        lines.append(f"\nCost ({who}, level {c.get('level') or c['concurrency']}, "
+                     f"${c['price_per_hour']:.2f}/h, {c.get('price_source', '')}): "
+                     f"${c['usd_per_million_output_tokens']:.2f} per million output tokens"
+                     + (f", ${c['usd_per_good_request']:.5f} per request served within the "
+                        f"SLO." if c.get("usd_per_good_request") else "."))
+        at = c.get("at_capacity")
+        if at:
+            lines.append(f"At its capacity ({who}, {at['held']:g} "
+                         f"{'req/s' if at['knob'] == 'request_rate' else 'in flight'}): "
+                         f"${at['usd_per_million_output_tokens']:.2f} per million output "
+                         "tokens.")
+    return lines
+
+
+def _stats(stats: dict | None, keys: tuple[str, ...] = ("p50", "p99")) -> str:
+    if not stats:
+        return "–"
+    return " / ".join(f"{stats[k]:.1f}" if k in stats else "–" for k in keys)
+
+
+def _level_name(lv: dict) -> str:
+    return lv.get("label") or f"c{lv['concurrency']}"
+
+
+def _workload_line(load: dict) -> str:
+    w = load.get("workload", {})
+    if not w:
+        return ""
+    prefix = (f", a shared prefix of {w['shared_prefix_tokens']} tokens"
+              if w.get("shared_prefix_tokens") else "")
+    mode = {"concurrency": "closed loop, levels = requests in flight",
+            "rate": "open loop, levels = arrivals per second",
+            "trace": "trace replay, levels = speed-up"}.get(w.get("mode", ""), w.get("mode", ""))
+    return (f"Workload `{load.get('name', '')}` ({mode}): {w['requests_per_level']} requests "
+            f"per level, prompt tokens mean {w['prompt_tokens']['mean']:.0f} (max "
+            f"{w['prompt_tokens']['max']}), output tokens mean {w['output_tokens']['mean']:.0f} "
+            f"(max {w['output_tokens']['max']}){prefix}; {w.get('warmup_requests', 0)} warm-up "
+            "requests before the first level, in no figure.")
+
+
+def _agreement_line(levels: list[tuple[str, dict]]) -> str:
+    checks = [(who, lv, metric, a) for who, lv in levels
+              for metric, a in lv.get("agreement", {}).items() if isinstance(a, dict)]
+    if not checks:
+        return ""
+    tol = levels[0][1]["agreement"]
+    worst = max(checks, key=lambda c: abs(c[3]["diff_ms"]) / max(c[3]["server_mean_ms"], 1e-9))
+    missed = [f"{who} {_level_name(lv)} {metric}" for who, lv, metric, a in checks
+              if not a["within"]]
+    verdict = ("all within" if not missed else f"outside it: {', '.join(missed)}")
+    who, lv, metric, a = worst
+    return (f"Client vs server means on the same requests (tolerance {tol['tolerance']:.0%} of "
+            f"the server's figure or {tol['floor_ms']:.0f} ms): {verdict}; largest gap "
+            f"{who} {_level_name(lv)} {metric} {a['client_mean_ms']:.1f} vs "
+            f"{a['server_mean_ms']:.1f} ms.")
+
+
+def load_lines(rec: DecisionRecord) -> list[str]:
+    levels = [(who, lv) for who in ("baseline", "candidate")
+              for lv in rec.load.get(who, {}).get("levels", [])]
+    lines = ["", "## Load", ""]
+    workload = _workload_line(rec.load.get("baseline", {}))
+    lines += [workload, ""] if workload else []
+    lines += ["Client-side: vllm bench serve over HTTP streaming. Server-side: the engine's "
+              "/metrics histograms over the same requests (bucketed).", "",
+              "| model | level | req/s | out tok/s | errors | TTFT p50/p99/max ms | "
+              "TPOT p50/p99 ms | ITL p99 ms | E2E p50/p99 ms | server TTFT p50/p99 ms | "
+              "server TPOT p50/p99 ms |",
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for who, lv in levels:
+        server = lv.get("server", {}).get("latency", {})
+        skipped = f" ({lv['skipped']} not sent)" if lv.get("skipped") else ""
+        lines.append(
+            f"| {who} | {_level_name(lv)} | {lv['request_throughput']:.2f} | "
+            f"{lv['output_throughput']:.1f} | {lv['failed']}{skipped} | "
+            f"{_stats(lv['ttft_ms'], ('p50', 'p99', 'max'))} | {_stats(lv['tpot_ms'])} | "
+            f"{_stats(lv['itl_ms'], ('p99',))} | {_stats(lv['e2el_ms'])} | "
+            f"{_stats(server.get('ttft_ms'))} | {_stats(server.get('tpot_ms'))} |")
+    agree = _agreement_line(levels)
+    lines += ["", agree] if agree else []
+    if rec.device.get("kind") == "cpu":
+        lines += ["", "On a CPU the load generator, the API server and the engine share cores, "
+                  "so client-side inter-token gaps are bursty: read TPOT and ITL from the "
+                  "server-side columns (docs/load.md)."]
+    for who in ("baseline", "candidate"):
+        gen = dict(rec.load.get(who, {})).get("generator")  # type: ignore[call-overload]
+        best = max((lv["output_throughput"] for w, lv in levels if w == who), default=0.0)
+        if gen and gen.get("output_throughput"):
+            lines += ["", f"Load generator ceiling ({who} run, zero-work endpoint, "
+                      f"concurrency {gen['concurrency']}): {gen['output_throughput']:.0f} "
+                      f"out tok/s, {gen['request_throughput']:.1f} req/s; the engine's best "
+                      f"level is {best / gen['output_throughput']:.1%} of it."]
+    lines += _engine_lines(levels) + _capacity_lines(rec)
+    if rec.plots:
+        lines += ["", *[f"![{name}]({path})" for name, path in rec.plots.items()]]
+    return lines
+
+
+def _engine_lines(levels: list[tuple[str, dict]]) -> list[str]:
+    """The engine's state through each level (its telemetry series) and the
+    over-saturation verdict (docs/load.md)."""
+    seen = [(who, lv) for who, lv in levels if lv.get("telemetry", {}).get("samples")
+            or lv.get("saturation")]
+    if not seen:
+        return []
+    lines = ["", "The engine through each level (its /metrics every "
+             f"{seen[0][1].get('telemetry', {}).get('interval_s', 0):g} s) and whether the "
+             "level outran it (TTFT and requests in flight both growing: docs/load.md):", "",
+             "| model | level | peak running | peak waiting | peak KV cache | preempted | "
+             "prefix-cache hits | over-saturated |", "|---|---|---|---|---|---|---|---|"]
+    for who, lv in seen:
+        t, sat = lv.get("telemetry", {}), lv.get("saturation", {})
+        hits = t.get("prefix_cache_hit_rate")
+        verdict = {True: f"**yes**: {sat.get('reason', '')}", False: "no",
+                   None: f"not judged: {sat.get('reason', '')}"}[sat.get("over_saturated")]
+        lines.append(f"| {who} | {_level_name(lv)} | {t.get('peak_running', '–')} | "
+                     f"{t.get('peak_waiting', '–')} | "
+                     + (f"{t['peak_kv_cache_usage']:.0%}" if "peak_kv_cache_usage" in t
+                        else "–")
+                     + f" | {t.get('preemptions', '–')} | "
+                     + (f"{hits:.0%}" if hits is not None else "–") + f" | {verdict} |")
+    return lines
+
+
+def _capacity_lines(rec: DecisionRecord) -> list[str]:
+    """The heaviest level each model held the SLO at, searched (docs/load.md)."""
+    lines = []
+    for who in ("baseline", "candidate"):
+        load = rec.load.get(who, {})
+        sessions = [r.get("capacity") for r in [load, *load.get("rounds", [])]
+                    if r.get("capacity")]
+        for i, cap in enumerate(sessions, start=1):
+            unit = "req/s offered" if cap["knob"] == "request_rate" else "requests in flight"
+            held = "nothing held" if cap["held"] is None else (
+                f"held at {cap['held']:g} {unit} ({cap['request_throughput']:.2f} req/s, "
+                f"{cap['output_throughput']:.1f} out tok/s)")
+            above = "" if cap["not_held"] is None else f", not at {cap['not_held']:g}"
+            lines.append(f"- {who}, session {i}: {held}{above}; {len(cap['tried'])} levels "
+                         f"in {cap['seconds']:.0f} s, {cap['stopped']}")
+    return ["", "Capacity at the SLO (searched: doubling, then bisection):", "", *lines] \
+        if lines else []
