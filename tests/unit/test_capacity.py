@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from workbench.config.load import CapacitySearch
-from workbench.loadtest.capacity import held, next_level, search_capacity
+from workbench.config.load import CapacitySearch, LoadProfile
+from workbench.loadtest.capacity import LevelFailed, held, next_level, search_capacity
 from workbench.loadtest.results import LevelResult
 
 STATS = {"p50": 100.0, "p95": 150.0, "p99": 200.0, "max": 250.0, "mean": 110.0}
@@ -101,3 +101,37 @@ def test_the_named_levels_count_as_tried_and_are_not_run_again() -> None:
     assert 1.0 not in ran and 4.0 not in ran and ran[0] == 8.0
     assert [t["named"] for t in found["tried"][:2]] == [True, True]
     assert found["held"] == 6.0 and found["not_held"] == 7.0 and len(levels) == len(ran)
+
+
+def test_a_named_start_is_tried_first_and_bisection_stays_within_the_requests() -> None:
+    ran: list[float] = []
+
+    def run(value: float, _i: int) -> LevelResult:
+        ran.append(value)
+        return level(value, value <= 12)
+
+    found, _ = search_capacity(CapacitySearch(start=8), "concurrency", 8, 16, run,
+                               known={1.0: level(1, True)})
+    assert ran[0] == 8 and found["held"] == 12 and found["not_held"] == 13
+    # named 8 held and 32 failed, with 16 requests a level: nothing above 16 is tried
+    assert next_level({8: True, 32: False}, 8, 0.1, True, 16) == 16
+    assert next_level({8: True, 32: False, 16: True}, 8, 0.1, True, 16) is None
+
+
+def test_a_level_that_does_not_finish_ends_the_search_as_not_held() -> None:
+    def run(value: float, _i: int) -> LevelResult:
+        if value > 4:
+            raise LevelFailed("no request completed")
+        return level(value, True)
+
+    found, levels = search_capacity(CapacitySearch(start=1), "request_rate", 1, math.inf, run)
+    assert found["held"] == 4 and found["not_held"] == 8 and len(levels) == 3
+    assert found["stopped"] == "a level did not finish (no request completed)"
+    assert found["tried"][-1] == {"level": 8, "label": "r8", "held": False,
+                                  "why": "no request completed", "named": False}
+
+
+def test_a_search_start_must_be_whole_for_requests_in_flight() -> None:
+    with pytest.raises(ValueError, match="capacity.start: 1.5 requests in flight"):
+        LoadProfile(concurrency=[1], slo={"ttft_p99_ms": 1, "tpot_p99_ms": 1},
+                    capacity={"start": 1.5})

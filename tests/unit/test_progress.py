@@ -53,3 +53,16 @@ def test_on_a_terminal_the_bars_are_rich_s() -> None:
         task = progress.add_task("suite", total=2)
         progress.advance(task, 2)
     assert "2/2" in out.getvalue() and "items/s" not in out.getvalue()
+
+
+def test_a_task_ended_by_an_error_says_stopped_not_done() -> None:
+    console, out = log_console()
+    try:
+        with counted(console, every_s=10) as progress:
+            task = progress.add_task("long-context (smoke)", total=144)
+            progress.advance(task, 12)
+            raise RuntimeError("engine died")
+    except RuntimeError:
+        pass
+    last = out.getvalue().splitlines()[-1]
+    assert last.startswith("  long-context (smoke): 12/144 items") and "stopped" in last

@@ -66,3 +66,13 @@ def test_in_flight_counts_each_request_itself_and_the_ones_still_running() -> No
     starts = np.array([0.0, 1.0, 1.5, 5.0])
     ends = np.array([2.0, 1.2, 3.0, 6.0])
     assert list(in_flight_at(starts, ends)) == [1, 2, 2, 1]
+
+
+def test_a_level_that_arrives_within_one_request_lifetime_is_not_judged() -> None:
+    # 24 requests within a second to a batching engine that serves each in 3 s: requests
+    # in flight and TTFT both rise through the burst, and say nothing of a steady state
+    n = 24
+    raw = {"start_times": [i / n for i in range(n)], "ttfts": [0.1 + 0.05 * i for i in range(n)],
+           "latencies": [3.0 + 0.05 * i for i in range(n)], "errors": [""] * n}
+    found = saturation(raw)
+    assert found["over_saturated"] is None and "are needed" in found["reason"]

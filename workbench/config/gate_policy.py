@@ -185,7 +185,9 @@ class MemoryGate(StrictModel):
 
 class CapacityGate(StrictModel):
     """The candidate's capacity at the SLO (the heaviest load it held, searched: the load
-    profile's `capacity`) against the baseline's: e.g. min_ratio 1.0, at least as much."""
+    profile's `capacity`) against the baseline's: e.g. min_ratio 0.85, no more than the
+    search's resolution below it (docs/gates.md: 1.0 cannot pass an A/A whose brackets
+    overlap)."""
 
     min_ratio: float = Field(gt=0, description="Lowest tolerated candidate/baseline ratio")
     devices: list[Literal["cpu", "cuda"]] = Field(default=["cpu", "cuda"])

@@ -142,6 +142,9 @@ class LoadProfile(StrictModel):
         if self.capacity is not None and (self.slo is None or self.mode == "trace"):
             raise ValueError("capacity: the search needs an slo to hold and a concurrency or "
                              "request_rate profile to vary")
+        start = self.capacity.start if self.capacity is not None else None
+        if self.mode == "concurrency" and start is not None and start != int(start):
+            raise ValueError(f"capacity.start: {start:g} requests in flight (a whole number)")
         if self.shared_prefix_tokens and self.shared_prefix_tokens >= self.prompt_tokens.lower:
             raise ValueError(f"shared_prefix_tokens ({self.shared_prefix_tokens}) must be "
                              f"below the shortest prompt ({self.prompt_tokens.lower})")

@@ -7,8 +7,10 @@ held and the lightest above it that did not. A model's bracket spans all its ses
 search's resolution and the variance between sessions; the ratio's interval is then
 [candidate low / baseline high, candidate high / baseline low]. Pass when it lies at or
 above min_ratio, fail when wholly below, inconclusive across it. A bracket with nothing
-held has low 0 (a candidate that holds nothing fails), one with nothing failed high
-infinity (docs/gates.md, "Capacity at the SLO").
+held has low 0 (a candidate that holds nothing fails), one with nothing failed no top
+(infinity; null in the record). A baseline that held nothing leaves the gate
+inconclusive, and says the SLO is the policy's defect (docs/gates.md, "Capacity at the
+SLO").
 """
 
 from __future__ import annotations
@@ -53,11 +55,21 @@ def capacity_outcome(gate: CapacityGate, ev: Evidence) -> GateOutcome:
     detail = (f"capacity ({base[2]}) baseline [{base[0]:g}, {base[1]:g}], candidate "
               f"[{cand[0]:g}, {cand[1]:g}]: ratio in [{low:.3f}, {high:.3f}] "
               f"(min {gate.min_ratio:g})")
-    if status == "inconclusive":
+    if base[0] == 0:
+        # no level the baseline served held the SLO: no candidate can be compared with it
+        status = "inconclusive"
+        detail += ("; the baseline held no level searched: the SLO is out of this "
+                   "device's reach, a defect of the policy, not of the candidate")
+    elif status == "inconclusive":
         detail += ("; the searches' brackets are too wide to tell: a finer resolution or "
                    "more sessions would decide")
     return GateOutcome.of(name, status, detail, gate.min_ratio, None if math.isnan(point)
                           else round(point, 4),
-                          {"baseline": list(base[:2]), "candidate": list(cand[:2]),
-                           "ratio_interval": [low, high]},
+                          {"baseline": _finite(base[:2]), "candidate": _finite(cand[:2]),
+                           "ratio_interval": _finite((low, high))},
                           informational=gate.informational)
+
+
+def _finite(values: tuple[float, ...]) -> list[float | None]:
+    """JSON has no infinity: an open end (a search that never failed) is null."""
+    return [None if math.isinf(v) else v for v in values]

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import math
 import subprocess
 import time
@@ -24,7 +25,7 @@ from pathlib import Path
 import httpx
 
 from workbench.config.run_config import LoadProfile
-from workbench.loadtest.capacity import Capacity, search_capacity
+from workbench.loadtest.capacity import Capacity, LevelFailed, search_capacity
 from workbench.loadtest.client import WATCH_INTERVAL_S, LoadClient
 from workbench.loadtest.engine_metrics import parse_scrape, server_side_level
 from workbench.loadtest.results import (
@@ -310,12 +311,30 @@ def _search(s: Session, out_dir: Path, named: list[LevelResult],
     if spec is None:
         return Capacity(), []
     knob = "concurrency" if s.profile.mode == "concurrency" else "request_rate"
-    # requests in flight beyond the level's own requests change nothing: the search's top
-    most = float(len(s.requests)) if knob == "concurrency" else math.inf
     start = spec.start or s.profile.levels[0]
     known = {float((lv.concurrency if knob == "concurrency" else lv.request_rate) or 0): lv
              for lv in named}
-    return search_capacity(spec, knob, start, most,
-                           lambda value, i: _level(s, value, SEARCH_SALT + i, out_dir),
-                           on_searched, known)
+    return search_capacity(spec, knob, start, _top(knob, len(s.requests), named),
+                           functools.partial(_search_level, s, out_dir), on_searched, known)
+
+
+def _top(knob: str, requests: int, named: list[LevelResult]) -> float:
+    """The heaviest level worth trying: past it a level sends the same requests all at once
+    again. In flight: the level's requests. Arrivals per second: the level's requests
+    within the shortest median lifetime of a request the named levels saw (faster, they
+    all arrive before the first one ends)."""
+    if knob == "concurrency":
+        return float(requests)
+    lifetimes = [lv.e2el_ms["p50"] / 1000 for lv in named if lv.e2el_ms.get("p50", 0) > 0]
+    return requests / min(lifetimes) if lifetimes else math.inf
+
+
+def _search_level(s: Session, out_dir: Path, value: float, index: int) -> LevelResult:
+    """One search level; a level that ends without figures on a live engine did not hold
+    (capacity.LevelFailed), a dead engine ends the load test."""
+    try:
+        return _level(s, value, SEARCH_SALT + index, out_dir)
+    except InfraError as err:
+        s.check_engine()
+        raise LevelFailed(str(err).splitlines()[0][:200]) from err
 

@@ -26,9 +26,14 @@ from typing_extensions import TypedDict
 from workbench.config.load import CapacitySearch
 from workbench.loadtest.level import LevelResult
 
-__all__ = ["Capacity", "Tried", "held", "next_level", "search_capacity"]
+__all__ = ["Capacity", "LevelFailed", "Tried", "held", "next_level", "search_capacity"]
 
 FLOOR_SHARE = 1 / 64  # halving below start / 64 without a level that holds: none does
+
+
+class LevelFailed(Exception):
+    """A search level that ended without figures while the engine still serves (no
+    request completed, every one timed out): the load did not hold."""
 
 
 class Tried(TypedDict):
@@ -90,7 +95,9 @@ def next_level(tried: Mapping[float, bool], start: float, resolution: float,
         return None if down < (1 if integer else start * FLOOR_SHARE) else down
     bottom = below[-1]
     if integer:
-        return None if top - bottom <= 1 else (bottom + top) // 2
+        # no level above `most`: it would send the same requests all at once again
+        middle = min((bottom + top) // 2, most)
+        return None if top - bottom <= 1 or middle in tried or middle <= bottom else middle
     return None if top - bottom <= resolution * bottom else round((bottom + top) / 2, 6)
 
 
@@ -121,8 +128,12 @@ def search_capacity(spec: CapacitySearch, knob: str, start: float, most: float,
     measured = dict(known or {})
     levels: list[LevelResult] = []
     stopped = ""
+    # a start the profile names is tried first, whatever its named levels say
+    first = spec.start if spec.start is not None and spec.start not in outcomes else None
     while True:
-        value = next_level(outcomes, start, spec.resolution, integer, most)
+        value = first if first is not None else next_level(outcomes, start,
+                                                           spec.resolution, integer, most)
+        first = None
         if value is None:
             stopped = "settled: " + _settled(outcomes, spec.resolution, integer, most)
             break
@@ -132,7 +143,15 @@ def search_capacity(spec: CapacitySearch, knob: str, start: float, most: float,
         if levels and time.monotonic() - began >= spec.max_seconds:  # the first always runs
             stopped = f"its bound of {spec.max_seconds:g} s was spent"
             break
-        level = run_level(value, len(levels))
+        try:
+            level = run_level(value, len(levels))
+        except LevelFailed as err:  # the engine lives, the level did not finish: not held
+            outcomes[value] = False
+            label = f"{'c' if integer else 'r'}{value:g}"  # as results.level_label names it
+            tried.append(Tried(level=value, label=label, held=False, why=str(err),
+                               named=False))
+            stopped = f"a level did not finish ({err})"
+            break
         ok, why = held(level)
         outcomes[value] = ok
         levels.append(level)

@@ -6,9 +6,11 @@ builds a queue, so both grow with time. The test, on the level's own per-request
 fit, by least squares against each request's start time, (a) its TTFT and (b) the number
 of the level's requests in flight when it started (itself included, counted from the start
 times and latencies the client recorded); call the level over-saturated when the one-sided
-lower confidence bound of both slopes is above zero. The first RAMP_SHARE of the arrival
-span is left out (every level fills from empty, which is growth too), and a level with
-fewer than MIN_REQUESTS requests after it is not judged.
+lower confidence bound of both slopes is above zero. The ramp is left out (every level
+fills from empty, which is growth too): the first RAMP_SHARE of the arrival span, or
+RAMP_LIFETIMES of the level's shortest request lifetime if that is longer (a level whose
+requests all arrive within a request's lifetime is one burst, with no steady state to
+leave); a level with fewer than MIN_REQUESTS requests after it is not judged.
 
 GuideLLM's over-saturation stop (`--over-saturation`) fits the same two slopes over a
 sliding window while a run goes on, and flags a slope whose margin of error is below
@@ -28,16 +30,19 @@ from typing_extensions import TypedDict
 
 from workbench.loadtest.telemetry import Telemetry
 
-__all__ = ["CONFIDENCE", "MIN_REQUESTS", "RAMP_SHARE", "Saturation", "SlopeFit", "in_flight_at",
+__all__ = ["CONFIDENCE", "MIN_REQUESTS", "RAMP_LIFETIMES", "RAMP_SHARE", "Saturation", "SlopeFit",
+           "in_flight_at",
            "saturation", "state_text"]
 
 CONFIDENCE = 0.95  # one-sided, for each slope
-RAMP_SHARE = 0.25  # of the level's arrival span, left out as its ramp-up
+RAMP_SHARE = 0.25  # of the level's arrival span, left out as its ramp-up,
+RAMP_LIFETIMES = 2  # or this many of its shortest request's lifetimes, if longer
 MIN_REQUESTS = 8  # after the ramp: fewer and the level is not judged
 
-TEST = (f"slopes of TTFT and of requests in flight against start time, the first "
-        f"{RAMP_SHARE:.0%} of arrivals left out; over-saturated when both one-sided "
-        f"{CONFIDENCE:.0%} lower bounds are above zero")
+TEST = (f"slopes of TTFT and of requests in flight against start time, the ramp (the "
+        f"first {RAMP_SHARE:.0%} of the arrival span, or {RAMP_LIFETIMES} shortest request "
+        f"lifetimes) left out; over-saturated when both one-sided {CONFIDENCE:.0%} lower "
+        "bounds are above zero")
 
 
 class SlopeFit(TypedDict):
@@ -96,7 +101,10 @@ def saturation(raw: dict) -> Saturation:
     ends = starts + np.array([raw["latencies"][i] for i in ok], dtype=float)
     ttft = 1000 * np.array([raw["ttfts"][i] for i in ok], dtype=float)
     begin, span = starts.min(), starts.max() - starts.min()
-    keep = starts >= begin + RAMP_SHARE * span
+    # the ramp: until the engine could have reached its steady state, which takes at least
+    # a request's lifetime with no queue ahead of it (the level's shortest), twice over
+    ramp = max(RAMP_SHARE * span, RAMP_LIFETIMES * float((ends - starts).min()))
+    keep = starts >= begin + ramp
     n = int(keep.sum())
     if span <= 0 or n < MIN_REQUESTS:
         return Saturation(test=TEST, over_saturated=None,

@@ -21,7 +21,8 @@ from workbench.loadtest.engine_metrics import Scrape, parse_scrape
 
 __all__ = ["COUNTERS", "GAUGES", "Sample", "Sampler", "Telemetry", "telemetry_of"]
 
-# the engine's gauges (summed over label sets: one engine, or its data-parallel ranks)
+# the engine's gauges: parse_scrape keeps the largest over label sets, so with
+# data-parallel ranks these are the busiest rank's, not the engine's sum
 GAUGES = {"vllm:num_requests_running": "running", "vllm:num_requests_waiting": "waiting",
           "vllm:kv_cache_usage_perc": "kv_cache_usage"}
 # its counters, as their increase since the level's first sample

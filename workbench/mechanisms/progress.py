@@ -41,6 +41,7 @@ class _Task:
     done: int = 0
     started: float = field(default_factory=time.monotonic)
     ended: bool = False
+    stopped: bool = False  # ended by an error, not by its last item
 
 
 def plain_line(task: _Task, now: float) -> str:
@@ -48,8 +49,8 @@ def plain_line(task: _Task, now: float) -> str:
     spent = now - task.started
     rate = task.done / spent if spent > 0 else 0.0
     left = (task.total - task.done) / rate if rate > 0 else None
-    tail = "done" if task.ended else (f"about {_duration(left)} left" if left is not None
-                                      else "first item pending")
+    tail = ("stopped" if task.stopped else "done") if task.ended else (
+        f"about {_duration(left)} left" if left is not None else "first item pending")
     return (f"  {task.description}: {task.done}/{task.total} items, {rate:.1f} items/s, "
             f"{tail} ({_duration(spent)} {'in all' if task.ended else 'so far'})")
 
@@ -73,10 +74,10 @@ class _PlainCounter:
         self._ticker.start()
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
         self._stop.set()
         self._ticker.join()
-        self._end_running()
+        self._end_running(stopped=exc_type is not None)
 
     def add_task(self, description: str, total: float | None = None) -> int:
         self._end_running()
@@ -88,11 +89,11 @@ class _PlainCounter:
         with self._lock:
             self.tasks[task_id].done += int(advance)
 
-    def _end_running(self) -> None:
+    def _end_running(self, stopped: bool = False) -> None:
         with self._lock:
             running = [t for t in self.tasks if not t.ended]
             for t in running:
-                t.ended = True
+                t.ended, t.stopped = True, stopped
         for t in running:
             self.console.print(plain_line(t, time.monotonic()), markup=False, highlight=False)
 

@@ -29,6 +29,7 @@ def plot_latency_vs_throughput(loads: dict[str, LoadResult], title: str, path: P
     fig, axes = plt.subplots(1, len(PANELS), figsize=(5 * len(PANELS), 4.2),
                              constrained_layout=True)
     for ax, (metric, ylabel) in zip(axes, PANELS, strict=True):
+        ringed = False  # one legend entry for the rings, whichever model has them
         for who, load in loads.items():
             x = [lv.output_throughput for lv in load.levels]
             for stat, style in STYLES.items():
@@ -40,7 +41,8 @@ def plot_latency_vs_throughput(loads: dict[str, LoadResult], title: str, path: P
                 if lv.saturation.get("over_saturated"):  # saturation.py's test
                     ax.plot(lv.output_throughput, getattr(lv, metric)["p99"], "o",
                             markersize=13, markerfacecolor="none", markeredgecolor="black",
-                            label="over-saturated" if who == next(iter(loads)) else None)
+                            label=None if ringed else "over-saturated")
+                    ringed = True
         slo = next(iter(loads.values())).profile.get("slo") if loads else None
         target = {"ttft_ms": "ttft_p99_ms", "tpot_ms": "tpot_p99_ms"}.get(metric)
         if slo and target:

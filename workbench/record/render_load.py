@@ -132,9 +132,11 @@ def _engine_lines(levels: list[tuple[str, dict]]) -> list[str]:
             or lv.get("saturation")]
     if not seen:
         return []
-    lines = ["", "The engine through each level (its /metrics every "
-             f"{seen[0][1].get('telemetry', {}).get('interval_s', 0):g} s) and whether the "
-             "level outran it (TTFT and requests in flight both growing: docs/load.md):", "",
+    interval = next((lv["telemetry"]["interval_s"] for _, lv in seen
+                     if lv.get("telemetry", {}).get("samples")), None)
+    read = f"its /metrics every {interval:g} s" if interval else "no /metrics series"
+    lines = ["", f"The engine through each level ({read}) and whether the level outran it "
+             "(TTFT and requests in flight both growing: docs/load.md):", "",
              "| model | level | peak running | peak waiting | peak KV cache | preempted | "
              "prefix-cache hits | over-saturated |", "|---|---|---|---|---|---|---|---|"]
     for who, lv in seen:
@@ -164,7 +166,9 @@ def _capacity_lines(rec: DecisionRecord) -> list[str]:
                 f"held at {cap['held']:g} {unit} ({cap['request_throughput']:.2f} req/s, "
                 f"{cap['output_throughput']:.1f} out tok/s)")
             above = "" if cap["not_held"] is None else f", not at {cap['not_held']:g}"
-            lines.append(f"- {who}, session {i}: {held}{above}; {len(cap['tried'])} levels "
-                         f"in {cap['seconds']:.0f} s, {cap['stopped']}")
+            searched = sum(not t.get("named") for t in cap["tried"])
+            lines.append(f"- {who}, session {i}: {held}{above}; {searched} level(s) searched "
+                         f"beside {len(cap['tried']) - searched} named, in "
+                         f"{cap['seconds']:.0f} s; {cap['stopped']}")
     return ["", "Capacity at the SLO (searched: doubling, then bisection):", "", *lines] \
         if lines else []
