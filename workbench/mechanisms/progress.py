@@ -42,6 +42,7 @@ class _Task:
     started: float = field(default_factory=time.monotonic)
     ended: bool = False
     stopped: bool = False  # ended by an error, not by its last item
+    said: float = field(default_factory=time.monotonic)  # its last line
 
 
 def plain_line(task: _Task, now: float) -> str:
@@ -98,12 +99,16 @@ class _PlainCounter:
             self.console.print(plain_line(t, time.monotonic()), markup=False, highlight=False)
 
     def _tick(self) -> None:
-        while not self._stop.wait(self.every_s):
+        # each task speaks every_s after it started or last spoke: a short task says
+        # only that it is done
+        while not self._stop.wait(min(1.0, self.every_s / 4)):
+            now = time.monotonic()
             with self._lock:
-                running = [t for t in self.tasks if not t.ended]
-            for t in running:
-                self.console.print(plain_line(t, time.monotonic()), markup=False,
-                                   highlight=False)
+                due = [t for t in self.tasks if not t.ended and now - t.said >= self.every_s]
+                for t in due:
+                    t.said = now
+            for t in due:
+                self.console.print(plain_line(t, now), markup=False, highlight=False)
 
 
 @contextlib.contextmanager
