@@ -49,13 +49,15 @@ def test_arrival_rate_and_trace_replay_with_a_duration_bound(tiny_model: Path,
     assert raw["input_lens"] == [20 + i for i in range(12)]  # the trace's own lengths
 
 
-def test_saturation_detected_and_the_capacity_at_the_slo_searched(
+def test_saturation_capacity_and_conversations_on_one_engine(
         tiny_model: Path, tmp_path: Path) -> None:
     """An engine held to two sequences at a time, fed 30 arrivals a second: its queue
     grows through the level, the telemetry series sees it waiting, and the level is marked
     over-saturated; a closed loop of one request at a time on the same engine is not. Then
     the heaviest arrival rate that holds an SLO on it, searched: bracketed within the
-    search's resolution and bounds, every level judged as it measured."""
+    search's resolution and bounds, every level judged as it measured. And multi-turn
+    conversations: each turn sent after the answer before it, its context grown by that
+    answer and a user message, most of it served from the engine's prefix cache."""
     from workbench.config.run_config import EngineConfig, LoadProfile
     from workbench.loadtest.bench import level_requests, run_load_test
     from workbench.serve.engine import EngineServer
@@ -67,13 +69,17 @@ def test_saturation_detected_and_the_capacity_at_the_slo_searched(
     search = LoadProfile(request_rate=[2.0], **{**shape, "num_prompts": 24},
                          slo={"ttft_p99_ms": 400, "tpot_p99_ms": 200},
                          capacity={"resolution": 0.25, "max_levels": 8, "max_seconds": 120})
+    chat = LoadProfile(concurrency=[2], num_prompts=4, prompt_tokens=48, output_tokens=8,
+                       shared_prefix_tokens=16, warmup_prompts=0, telemetry_interval_s=0.1,
+                       conversation={"turns": 3, "think_time_s": 0.2, "user_tokens": 16})
     engine = EngineConfig(max_model_len=256, enforce_eager=True, kv_cache_space_gib=1,
                           extra_args=["--max-num-seqs", "2"])
     with EngineServer(tiny_model, "tiny", engine, tmp_path / "server.log") as server:
         results = {name: run_load_test(
             server.base_url, "tiny", tiny_model, prof, tmp_path / name,
             level_requests(prof, None, 256), name=name, scrape=server.metrics, ceiling=False)
-            for name, prof in (("light", light), ("heavy", heavy), ("search", search))}
+            for name, prof in (("light", light), ("heavy", heavy), ("search", search),
+                               ("chat", chat))}
     over = results["heavy"].levels[0]
     assert over.saturation["over_saturated"] is True, over.saturation
     assert over.saturation["ttft_ms"]["lower"] > 0 and over.saturation["in_flight"]["lower"] > 0
@@ -106,3 +112,14 @@ def test_saturation_detected_and_the_capacity_at_the_slo_searched(
     levels = results["search"].levels + results["search"].searched
     assert found["request_throughput"] == next(lv.request_throughput for lv in levels
                                                if lv.request_rate == found["held"])
+    talk = results["chat"].levels[0]
+    assert talk.completed == 12 and talk.failed == 0 and talk.concurrency == 2
+    raw = json.loads(Path(talk.raw_file).read_text())
+    for c in range(4):  # the client writes each conversation's turns in order
+        turns = range(3 * c, 3 * c + 3)
+        lens = [raw["input_lens"][i] for i in turns]
+        assert lens == [48, 48 + 8 + 16, 48 + 2 * (8 + 16)]
+        for a, b in zip(turns, turns[1:], strict=False):  # the next turn waits on the answer
+            assert raw["start_times"][b] >= raw["start_times"][a] + raw["latencies"][a]
+    assert talk.telemetry["prefix_cache_hit_rate"] > 0.3, talk.telemetry
+    assert results["chat"].workload["conversations"] == 4

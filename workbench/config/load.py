@@ -68,6 +68,19 @@ class LengthDist(StrictModel):
         return self.value if self.distribution == "fixed" and self.value else (self.max or 0)
 
 
+class Conversation(StrictModel):
+    """Multi-turn chat: each of a level's requests is a conversation of `turns` requests,
+    each turn's prompt the whole conversation so far plus the user's next message, sent
+    when the previous answer has arrived and the user has thought (docs/load.md,
+    "Conversations")."""
+
+    turns: int = Field(ge=2, le=64, description="Requests per conversation")
+    think_time_s: float = Field(default=1.0, ge=0, description="Mean pause before each "
+                                "later turn (exponential, seeded)")
+    user_tokens: LengthDist = Field(default=LengthDist(distribution="fixed", value=32),
+                                    description="Tokens of each later user message")
+
+
 class CapacitySearch(StrictModel):
     """The heaviest load that holds the SLO, searched: levels doubled from `start` until one
     does not hold, then bisected (docs/load.md, "Capacity at the SLO")."""
@@ -112,6 +125,9 @@ class LoadProfile(StrictModel):
         default=None, gt=0, description="Stop sending new requests after this long per level")
     warmup_prompts: int = Field(default=2, ge=0, description="Sent before the first level; "
                                                               "in no figure")
+    conversation: Conversation | None = Field(
+        default=None, description="Multi-turn chat: each request a conversation "
+                                  "(concurrency levels: conversations in flight)")
     capacity: CapacitySearch | None = Field(
         default=None, description="Also search for the heaviest level that holds the SLO "
                                   "(needs slo; concurrency or request_rate)")
@@ -142,6 +158,9 @@ class LoadProfile(StrictModel):
         if self.capacity is not None and (self.slo is None or self.mode == "trace"):
             raise ValueError("capacity: the search needs an slo to hold and a concurrency or "
                              "request_rate profile to vary")
+        if self.conversation is not None and self.mode != "concurrency":
+            raise ValueError("conversation: its levels are conversations in flight; give "
+                             "concurrency, not request_rate or trace")
         start = self.capacity.start if self.capacity is not None else None
         if self.mode == "concurrency" and start is not None and start != int(start):
             raise ValueError(f"capacity.start: {start:g} requests in flight (a whole number)")

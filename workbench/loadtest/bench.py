@@ -43,7 +43,13 @@ from workbench.loadtest.results import (
 )
 from workbench.loadtest.saturation import saturation
 from workbench.loadtest.telemetry import Sampler
-from workbench.loadtest.workload import Request, draw_requests, read_trace, write_timed_trace
+from workbench.loadtest.workload import (
+    Request,
+    draw_requests,
+    read_trace,
+    write_conversations,
+    write_timed_trace,
+)
 from workbench.mechanisms.errors import InfraError
 from workbench.mechanisms.paths import engine_python, offline_env
 from workbench.mechanisms.processes import free_port, spawn, stop_group
@@ -219,11 +225,15 @@ def _level(s: Session, value: float, salt: int, out_dir: Path) -> LevelResult:
     hits another's prefix cache), then what they measured (_measured)."""
     label = level_label(s.profile, value)
     out_dir.mkdir(parents=True, exist_ok=True)
-    trace_file = out_dir / f"requests-{label}.jsonl"
-    chunk = write_timed_trace(s.requests, s.profile.shared_prefix_tokens, salt, trace_file)
     raw_file = out_dir / f"bench-{label}.json"
-    args = bench_args(s.base_url, s.served_name, s.tokenizer, s.profile, value, trace_file,
-                      chunk, len(s.requests), raw_file)
+    if s.profile.conversation is not None:
+        args = _chat_args(s, value, salt, out_dir / f"conversations-{label}.json", raw_file)
+    else:
+        trace_file = out_dir / f"requests-{label}.jsonl"
+        chunk = write_timed_trace(s.requests, s.profile.shared_prefix_tokens, salt,
+                                  trace_file)
+        args = bench_args(s.base_url, s.served_name, s.tokenizer, s.profile, value,
+                          trace_file, chunk, len(s.requests), raw_file)
     s.watch.reset()
     with contextlib.ExitStack() as during:
         sampler = during.enter_context(Sampler(s.scrape, s.profile.telemetry_interval_s)) \
@@ -237,6 +247,19 @@ def _level(s: Session, value: float, salt: int, out_dir: Path) -> LevelResult:
     if level.completed == 0:
         raise InfraError(f"load test at level {label}: no request completed; see {raw_file}")
     return level
+
+
+def _chat_args(s: Session, value: float, salt: int, spec_file: Path, raw_file: Path
+               ) -> list[str]:
+    """A conversation level: its conversations written for the chat client
+    (subprocesses/chat_sessions.py), `value` of them in flight."""
+    write_conversations(s.requests, s.profile.shared_prefix_tokens, salt, spec_file)
+    args = ["--conversations", str(spec_file), "--base-url", s.base_url, "--model",
+            s.served_name, "--tokenizer", str(s.tokenizer), "--max-concurrency",
+            str(int(value)), "--result-dir", str(raw_file.parent),
+            "--result-filename", raw_file.name]
+    return args + (["--max-duration", str(s.profile.max_duration_s)]
+                   if s.profile.max_duration_s else [])
 
 
 def _measured(raw: dict, profile: LoadProfile, value: float, raw_file: Path,

@@ -61,6 +61,9 @@ class Workload(TypedDict, total=False):
     longest_request_tokens: int
     trace_span_s: float | None
     warmup_requests: int
+    conversations: int  # multi-turn: requests_per_level counts their turns
+    turns: int
+    think_time_s: float
 
 
 class GeneratorCeiling(TypedDict, total=False):
@@ -312,7 +315,15 @@ def workload_summary(profile: LoadProfile, requests: list[Request]) -> Workload:
             "shared_prefix_tokens": profile.shared_prefix_tokens,
             "longest_request_tokens": max(r.prompt_tokens + r.output_tokens for r in requests),
             "trace_span_s": requests[-1].arrival_s if profile.mode == "trace" else None,
-            "warmup_requests": profile.warmup_prompts}
+            "warmup_requests": profile.warmup_prompts, **_conversations(profile, requests)}
+
+
+def _conversations(profile: LoadProfile, requests: list[Request]) -> dict:
+    conv = profile.conversation
+    if conv is None:
+        return {}
+    return {"conversations": len({r.conversation for r in requests}), "turns": conv.turns,
+            "think_time_s": conv.think_time_s}
 
 
 SKIPPED = "skipped: past --max-duration"  # vllm_bench.SKIPPED (that module imports vllm)

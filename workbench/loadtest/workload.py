@@ -23,7 +23,8 @@ from workbench.config.run_config import LengthDist, LoadProfile
 from workbench.mechanisms.errors import InputError
 from workbench.mechanisms.jsonl import jsonl_lines
 
-__all__ = ["CHUNK_TOKENS", "Request", "draw_requests", "read_trace", "write_timed_trace"]
+__all__ = ["CHUNK_TOKENS", "Request", "draw_conversation", "draw_requests", "read_trace",
+           "write_conversations", "write_timed_trace"]
 
 CHUNK_TOKENS = 16  # the benchmark's default chunk (--timed-trace-chunk-hash-size)
 TRACE_FIELDS = {"arrival_s": float, "prompt_tokens": int, "output_tokens": int}
@@ -34,6 +35,10 @@ class Request:
     arrival_s: float  # offset from the level's start; 0 for a closed-loop or rate level
     prompt_tokens: int
     output_tokens: int
+    # a turn of a multi-turn conversation (profile.conversation): which one, and the pause
+    # before it is sent once the previous turn's answer has arrived; -1: a lone request
+    conversation: int = -1
+    think_s: float = 0.0
 
 
 def draw_lengths(dist: LengthDist, rng: np.random.Generator, n: int) -> list[int]:
@@ -49,11 +54,34 @@ def draw_lengths(dist: LengthDist, rng: np.random.Generator, n: int) -> list[int
 
 def draw_requests(profile: LoadProfile, n: int, seed: int) -> list[Request]:
     """n synthetic requests: lengths drawn independently, all arriving at offset 0 (a
-    closed-loop level paces them by concurrency, a rate level by its arrival process)."""
+    closed-loop level paces them by concurrency, a rate level by its arrival process).
+    With profile.conversation, n conversations, each a run of turns (draw_conversation)."""
     rng = np.random.default_rng(seed)
     prompts = draw_lengths(profile.prompt_tokens, rng, n)
     outputs = draw_lengths(profile.output_tokens, rng, n)
-    return [Request(0.0, p, o) for p, o in zip(prompts, outputs, strict=True)]
+    if profile.conversation is None:
+        return [Request(0.0, p, o) for p, o in zip(prompts, outputs, strict=True)]
+    return [turn for i, first in enumerate(prompts)
+            for turn in draw_conversation(profile, i, first, outputs[i], rng)]
+
+
+def draw_conversation(profile: LoadProfile, index: int, first_prompt: int, first_output: int,
+                      rng: np.random.Generator) -> list[Request]:
+    """One conversation's turns: the first prompt as drawn, then each turn's prompt the
+    conversation so far (every prompt and answer before it) plus a user message; every
+    answer's length drawn from output_tokens, every pause before a later turn from an
+    exponential of mean think_time_s."""
+    conv = profile.conversation
+    assert conv is not None
+    later = conv.turns - 1
+    users = draw_lengths(conv.user_tokens, rng, later)
+    outputs = [first_output, *draw_lengths(profile.output_tokens, rng, later)]
+    pauses = rng.exponential(conv.think_time_s, later) if conv.think_time_s else [0.0] * later
+    turns = [Request(0.0, first_prompt, outputs[0], index)]
+    for k in range(later):
+        context = turns[-1].prompt_tokens + turns[-1].output_tokens + users[k]
+        turns.append(Request(0.0, context, outputs[k + 1], index, round(float(pauses[k]), 3)))
+    return turns
 
 
 def read_trace(path: Path, max_model_len: int) -> list[Request]:
@@ -119,3 +147,20 @@ def write_timed_trace(requests: list[Request], shared_prefix_tokens: int, salt: 
             out.write(json.dumps({"timestamp": req.arrival_s, "input_length": req.prompt_tokens,
                                   "output_length": req.output_tokens, "hash_ids": ids}) + "\n")
     return chunk
+
+
+def write_conversations(requests: list[Request], shared_prefix_tokens: int, salt: int,
+                        path: Path) -> int:
+    """Write a conversation level for the chat client (subprocesses/chat_sessions.py): per
+    conversation its turns' prompt and answer lengths and pauses, the shared prefix, and a
+    seed salted per level (no level sends another's tokens); return the conversation count.
+    Each turn's prompt is the one before it, its answer, and a new user message, so the
+    engine's prefix cache can serve everything but the new message."""
+    conversations: dict[int, list[dict]] = {}
+    for req in requests:
+        conversations.setdefault(req.conversation, []).append(
+            {"prompt_tokens": req.prompt_tokens, "output_tokens": req.output_tokens,
+             "think_s": req.think_s})
+    path.write_text(json.dumps({"shared_prefix_tokens": shared_prefix_tokens, "salt": salt,
+                                "conversations": list(conversations.values())}))
+    return len(conversations)

