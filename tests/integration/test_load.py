@@ -69,7 +69,8 @@ def test_saturation_capacity_and_conversations_on_one_engine(
     search = LoadProfile(request_rate=[2.0], **{**shape, "num_prompts": 24},
                          slo={"ttft_p99_ms": 400, "tpot_p99_ms": 200},
                          capacity={"resolution": 0.25, "max_levels": 8, "max_seconds": 120})
-    chat = LoadProfile(concurrency=[2], num_prompts=4, prompt_tokens=48, output_tokens=8,
+    # the engine caches whole blocks (128 tokens on this CPU): prompts past one block
+    chat = LoadProfile(concurrency=[2], num_prompts=4, prompt_tokens=200, output_tokens=8,
                        shared_prefix_tokens=16, warmup_prompts=0, telemetry_interval_s=0.1,
                        conversation={"turns": 3, "think_time_s": 0.2, "user_tokens": 16})
     engine = EngineConfig(max_model_len=256, enforce_eager=True, kv_cache_space_gib=1,
@@ -118,8 +119,9 @@ def test_saturation_capacity_and_conversations_on_one_engine(
     for c in range(4):  # the client writes each conversation's turns in order
         turns = range(3 * c, 3 * c + 3)
         lens = [raw["input_lens"][i] for i in turns]
-        assert lens == [48, 48 + 8 + 16, 48 + 2 * (8 + 16)]
+        assert lens == [200, 200 + 8 + 16, 200 + 2 * (8 + 16)]
         for a, b in zip(turns, turns[1:], strict=False):  # the next turn waits on the answer
             assert raw["start_times"][b] >= raw["start_times"][a] + raw["latencies"][a]
+    # a later turn finds its first block cached: 4 x 256 of 4 x 672 prompt tokens
     assert talk.telemetry["prefix_cache_hit_rate"] > 0.3, talk.telemetry
     assert results["chat"].workload["conversations"] == 4
