@@ -32,6 +32,8 @@ import time
 import traceback
 from types import ModuleType
 
+from workbench.subprocesses import chat_sessions
+
 SKIPPED = "skipped: past --max-duration"
 _MAX_DURATION_S: list[float | None] = [None]  # the bound of the benchmark now running
 
@@ -75,8 +77,6 @@ def _benchmark() -> ModuleType:
 
 def run_one(serve: ModuleType, argv: list[str]) -> None:
     if "--conversations" in argv:  # a multi-turn chat level: its own client
-        from workbench.subprocesses import chat_sessions
-
         chat_sessions.run(argv)
         return
     from vllm.utils.argparse_utils import FlexibleArgumentParser
