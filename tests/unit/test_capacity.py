@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -135,3 +136,12 @@ def test_a_search_start_must_be_whole_for_requests_in_flight() -> None:
     with pytest.raises(ValueError, match="capacity.start: 1.5 requests in flight"):
         LoadProfile(concurrency=[1], slo={"ttft_p99_ms": 1, "tpot_p99_ms": 1},
                     capacity={"start": 1.5})
+
+
+def test_an_arrival_level_too_short_to_judge_does_not_hold() -> None:
+    short = dataclasses.replace(level(11, True), saturation={
+        "test": "t", "over_saturated": None, "reason": "5 request(s) after the ramp"})
+    ok, why = held(short)
+    assert not ok and "too short to tell a steady rate from a burst" in why
+    closed = dataclasses.replace(short, request_rate=None, concurrency=8)
+    assert held(closed)[0]  # a closed loop cannot outrun the engine

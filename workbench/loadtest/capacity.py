@@ -67,9 +67,17 @@ def held(level: LevelResult) -> tuple[bool, str]:
         why.append(f"p99 TTFT {level.ttft_ms['p99']:.0f} > {slo['ttft_p99_ms']:g} ms")
     if slo.get("tpot_p99_ms") is not None and level.tpot_ms["p99"] > slo["tpot_p99_ms"]:
         why.append(f"p99 TPOT {level.tpot_ms['p99']:.1f} > {slo['tpot_p99_ms']:g} ms")
-    if level.saturation.get("over_saturated"):
+    verdict = level.saturation.get("over_saturated")
+    if verdict:
         why.append("over-saturated")
-    ok = bool(slo.get("meets_slo")) and not level.saturation.get("over_saturated")
+    # an arrival-rate level the saturation test could not judge (its requests arrived
+    # within a few request lifetimes: one burst) proves nothing about the rate; a closed
+    # loop cannot outrun the engine, so its levels need no verdict
+    unjudged = level.request_rate is not None and verdict is None
+    if unjudged:
+        why.append("too short to tell a steady rate from a burst ("
+                   f"{level.saturation.get('reason', 'not judged')}): more requests per level")
+    ok = bool(slo.get("meets_slo")) and not verdict and not unjudged
     if ok:
         return True, (f"p99 TTFT {level.ttft_ms['p99']:.0f} ms, TPOT "
                       f"{level.tpot_ms['p99']:.1f} ms within the SLO")
@@ -173,6 +181,6 @@ def _settled(outcomes: Mapping[float, bool], resolution: float, integer: bool,
     if low is None:
         return "no level held, down to the floor"
     if high is None:
-        return f"every level held, up to {most:g} (the requests of one level)"
+        return f"every level held, up to {most:g} (past it a level is one burst)"
     gap = "adjacent" if integer else f"within {resolution:.0%}"
     return f"held at {low:g}, not at {high:g} ({gap})"
