@@ -9,7 +9,9 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from click.testing import CliRunner
 
+from workbench.cli import main
 from workbench.config.load import LoadProfile
 from workbench.loadtest.results import parse_level, workload_summary
 from workbench.loadtest.saturation import saturation
@@ -78,3 +80,23 @@ def test_the_client_s_results_read_as_any_level() -> None:
 def test_conversations_are_for_concurrency_levels_only() -> None:
     with pytest.raises(ValueError, match="conversations in flight"):
         LoadProfile(request_rate=[1], conversation={"turns": 2})
+
+
+def test_validate_refuses_a_conversation_longer_than_the_context(tmp_path: Path) -> None:
+    # 128 + 48 for the first turn, then 3 more answers and user messages of 48 + 700: the
+    # last turn holds 2,420 tokens, past max_model_len 2048; a lone request would fit
+    default = Path(__file__).resolve().parents[2] / "configs" / "default.yaml"
+    (tmp_path / "gates").symlink_to(default.parent / "gates")
+    config = tmp_path / "chat.yaml"
+    config.write_text(default.read_text().replace(
+        "  profiles:\n",
+        "  profiles:\n    chat:\n      concurrency: [1]\n      prompt_tokens: 128\n"
+        "      output_tokens: 48\n      conversation: {turns: 4, user_tokens: 700}\n", 1))
+    runs = tmp_path / "runs"
+    # every profile the config declares is checked, the one this run measures or not
+    result = CliRunner().invoke(main, ["validate", "--config", str(config), "--runs-dir",
+                                       str(runs)])
+    assert result.exit_code == 2, result.output
+    assert "(2420 tokens" in result.output
+    assert "over 4 conversation turns) exceeds engine.max_model_len (2048)" in result.output
+    assert not runs.exists()

@@ -178,6 +178,16 @@ class LoadProfile(StrictModel):
         return list(self.concurrency or self.request_rate or self.replay_speed)
 
     @property
+    def longest_request_tokens(self) -> int:
+        """The most tokens one request may hold, prompt and answer: for a conversation,
+        its last turn, which carries every turn before it."""
+        one = self.prompt_tokens.upper + self.output_tokens.upper
+        conv = self.conversation
+        if conv is None:
+            return one
+        return one + (conv.turns - 1) * (self.output_tokens.upper + conv.user_tokens.upper)
+
+    @property
     def requests_per_level(self) -> int | None:
         """None: every request of the trace."""
         return self.num_prompts or (None if self.trace else 16)

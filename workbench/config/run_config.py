@@ -314,12 +314,14 @@ class RunConfig(StrictModel):
     @model_validator(mode="after")
     def _workload_fits_context(self) -> RunConfig:
         w = self.load.selected
-        longest = w.prompt_tokens.upper + w.output_tokens.upper
+        longest = w.longest_request_tokens
         if not w.trace and longest > self.engine.max_model_len:
+            turns = (f", over {w.conversation.turns} conversation turns"
+                     if w.conversation else "")
             raise ValueError(
                 f"load.profiles.{self.load.profile}: its longest request ({longest} tokens: "
                 f"prompt_tokens up to {w.prompt_tokens.upper} + output_tokens up to "
-                f"{w.output_tokens.upper}) exceeds engine.max_model_len "
+                f"{w.output_tokens.upper}{turns}) exceeds engine.max_model_len "
                 f"({self.engine.max_model_len})")
         return self
 
