@@ -128,11 +128,22 @@ class _Status(Protocol):
 
 
 class _PlainStatus:
+    """A status as lines: the text once, then a line every every_s until the block ends."""
+
     def __init__(self, console: Console, text: str, every_s: float) -> None:
         self.console, self.text, self.every_s = console, text, every_s
         self.started = time.monotonic()
         self._stop = threading.Event()
         self._ticker = threading.Thread(target=self._tick, name="status", daemon=True)
+
+    def __enter__(self) -> _PlainStatus:
+        self.console.print(f"  {self.text}")
+        self._ticker.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._ticker.join()
 
     def update(self, status: str) -> None:
         self.text = status
@@ -151,11 +162,5 @@ def status(console: Console, text: str, every_s: float = EVERY_S) -> Iterator[_S
         with console.status(text) as spinner:
             yield spinner
         return
-    plain = _PlainStatus(console, text, every_s)
-    console.print(f"  {text}")
-    plain._ticker.start()
-    try:
+    with _PlainStatus(console, text, every_s) as plain:
         yield plain
-    finally:
-        plain._stop.set()
-        plain._ticker.join()
