@@ -52,7 +52,7 @@ from workbench.tune.record import (
 from workbench.tune.schedule import PASS, next_kept
 from workbench.tune.trials import trial_config
 
-__all__ = ["Budget", "Search", "check_tune", "pick_trial", "run_tune"]
+__all__ = ["Search", "check_tune", "pick_trial", "run_tune"]
 
 METHOD = ("token KL(baseline || baseline with only this block's Linear weights rounded to "
           "the candidate's grid) on the held-out passages")
