@@ -6,9 +6,7 @@ checked on test_pipeline's run; FP8 KV capacity on test_quantize_formats'.)"""
 from __future__ import annotations
 
 import json
-import os
-from collections.abc import Iterator
-from contextlib import contextmanager
+import math
 from pathlib import Path
 
 import pytest
@@ -52,29 +50,6 @@ def test_arrival_rate_and_trace_replay_with_a_duration_bound(tiny_model: Path,
     assert raw["input_lens"] == [20 + i for i in range(12)]  # the trace's own lengths
 
 
-@contextmanager
-def _apart_from(server: object) -> Iterator[None]:
-    """The engine's processes on the first core this test may use, the test and the load
-    clients it starts on the rest, until the block ends. On two cores vLLM's engine core
-    busy-waits on its worker, and the two of them leave the API server and the load client
-    so little time that the client sends a level's arrivals in clumps seconds apart and
-    /metrics takes seconds to answer: a level that measures the machine, not the engine."""
-    mine = os.sched_getaffinity(0)
-    first = min(mine)
-    group = os.getpgid(server.process.pid)  # type: ignore[attr-defined]  # spawn: its own
-    for task in Path("/proc").glob("[0-9]*/task/[0-9]*"):
-        try:
-            if os.getpgid(int(task.parent.parent.name)) == group:
-                os.sched_setaffinity(int(task.name), {first})
-        except (ProcessLookupError, PermissionError):
-            pass  # gone meanwhile, or not ours
-    os.sched_setaffinity(0, (mine - {first}) or mine)
-    try:
-        yield
-    finally:
-        os.sched_setaffinity(0, mine)
-
-
 def test_saturation_capacity_and_conversations_on_one_engine(
         tiny_model: Path, tmp_path: Path) -> None:
     """An engine held to one sequence at a time, fed arrivals three times as fast as it
@@ -88,6 +63,7 @@ def test_saturation_capacity_and_conversations_on_one_engine(
     from workbench.config.run_config import EngineConfig, LoadProfile
     from workbench.loadtest.bench import level_requests, run_load_test
     from workbench.loadtest.results import LoadResult
+    from workbench.mechanisms.placement import apart
     from workbench.serve.engine import EngineServer
 
     shape = {"prompt_tokens": 24, "output_tokens": 32, "num_prompts": 40, "warmup_prompts": 1,
@@ -96,15 +72,18 @@ def test_saturation_capacity_and_conversations_on_one_engine(
     light = LoadProfile(concurrency=[1], **{**shape, "num_prompts": 16, "output_tokens": 128})
     search = LoadProfile(request_rate=[2.0], **{**shape, "num_prompts": 24},
                          slo={"ttft_p99_ms": 400, "tpot_p99_ms": 200},
-                         capacity={"resolution": 0.25, "max_levels": 8, "max_seconds": 120})
+                         capacity={"resolution": 0.25, "max_levels": 8, "max_seconds": 120,
+                                   "level_seconds": 3})
     # the engine caches whole blocks (128 tokens on this CPU): prompts past one block
     chat = LoadProfile(concurrency=[2], num_prompts=4, prompt_tokens=200, output_tokens=8,
                        shared_prefix_tokens=16, warmup_prompts=0, telemetry_interval_s=0.1,
                        conversation={"turns": 3, "think_time_s": 0.2, "user_tokens": 16})
     engine = EngineConfig(max_model_len=256, enforce_eager=True, kv_cache_space_gib=1,
                           extra_args=["--max-num-seqs", "1"])
+    # the engine on its own core, the load clients on the other (mechanisms/placement.py),
+    # as the workbench's own load tests run on a CPU
     with EngineServer(tiny_model, "tiny", engine, tmp_path / "server.log") as server, \
-            _apart_from(server):
+            apart(server.process.pid if server.process else None, None):
         def measure(name: str, prof: LoadProfile) -> LoadResult:
             return run_load_test(server.base_url, "tiny", tiny_model, prof, tmp_path / name,
                                  level_requests(prof, None, 256), name=name,
@@ -144,7 +123,8 @@ def test_saturation_capacity_and_conversations_on_one_engine(
     assert found["tried"][0]["level"] == 2.0 and found["tried"][0]["named"]
     for t, lv in zip(searched, results["search"].searched, strict=True):
         assert t["held"] == (bool(lv.slo["meets_slo"]) and not lv.saturation["over_saturated"])
-        assert lv.request_rate == t["level"] and lv.completed == 24
+        # three seconds of arrivals, or the profile's 24 requests if more
+        assert lv.request_rate == t["level"] and lv.completed == max(24, math.ceil(3 * t["level"]))
     levels = results["search"].levels + results["search"].searched
     assert found["request_throughput"] == next(lv.request_throughput for lv in levels
                                                if lv.request_rate == found["held"])

@@ -145,3 +145,21 @@ def test_an_arrival_level_too_short_to_judge_does_not_hold() -> None:
     assert not ok and "too short to tell a steady rate from a burst" in why
     closed = dataclasses.replace(short, request_rate=None, concurrency=8)
     assert held(closed)[0]  # a closed loop cannot outrun the engine
+
+
+def test_a_rate_search_level_sends_its_seconds_of_arrivals_not_a_burst() -> None:
+    from workbench.loadtest.bench import Session, _sized, level_requests
+
+    def session(level_seconds: float | None) -> Session:
+        profile = LoadProfile(request_rate=[1], num_prompts=24,
+                              slo={"ttft_p99_ms": 1000, "tpot_p99_ms": 100},
+                              capacity={"level_seconds": level_seconds})
+        return Session(None, "", "", None, profile, level_requests(profile, None, 512),  # type: ignore[arg-type]
+                       None, lambda: None, None)  # type: ignore[arg-type]
+
+    s = session(30)
+    assert s.profile.capacity is not None and CapacitySearch().level_seconds == 30  # default
+    at4 = _sized(s, 4.0).requests
+    assert len(at4) == 120 and at4[:24] == s.requests  # the profile's own requests first
+    assert _sized(s, 0.5) is s  # 15 s of arrivals is fewer than the profile's 24
+    assert _sized(session(None), 4.0).requests == session(None).requests

@@ -93,6 +93,10 @@ class CapacitySearch(StrictModel):
     max_levels: int = Field(default=8, ge=2, le=30, description="Levels searched at most")
     max_seconds: float = Field(default=600, gt=0, description="No search level starts after "
                                "this long (per engine session)")
+    level_seconds: float | None = Field(
+        default=30, gt=0, description="Arrival rates: each level searched sends this many "
+        "seconds of arrivals (at least the profile's num_prompts), so that it is a sustained "
+        "rate, not one burst; null: num_prompts at every rate")
 
 
 class LoadProfile(StrictModel):

@@ -337,8 +337,25 @@ def _search(s: Session, out_dir: Path, named: list[LevelResult],
     start = spec.start or s.profile.levels[0]
     known = {float((lv.concurrency if knob == "concurrency" else lv.request_rate) or 0): lv
              for lv in named}
-    return search_capacity(spec, knob, start, _top(knob, len(s.requests), named),
+    timed = knob == "request_rate" and spec.level_seconds is not None
+    most = math.inf if timed else _top(knob, len(s.requests), named)
+    return search_capacity(spec, knob, start, most,
                            functools.partial(_search_level, s, out_dir), on_searched, known)
+
+
+def _sized(s: Session, value: float) -> Session:
+    """The session a search level sends: at an arrival rate with the search's level_seconds,
+    that many seconds of arrivals (the profile's requests first, more drawn the same way);
+    otherwise the profile's requests. A level of a fixed count at a rate the engine cannot
+    sustain ends before a queue has built (docs/load.md, "Capacity at the SLO")."""
+    spec = s.profile.capacity
+    if spec is None or spec.level_seconds is None or s.profile.mode != "rate":
+        return s
+    n = math.ceil(value * spec.level_seconds)
+    if n <= len(s.requests):
+        return s
+    more = draw_requests(s.profile, n, s.profile.seed)
+    return dataclasses.replace(s, requests=s.requests + more[len(s.requests):])
 
 
 def _top(knob: str, requests: int, named: list[LevelResult]) -> float:
@@ -356,7 +373,7 @@ def _search_level(s: Session, out_dir: Path, value: float, index: int) -> LevelR
     """One search level; a level that ends without figures on a live engine did not hold
     (capacity.LevelFailed), a dead engine ends the load test."""
     try:
-        return _level(s, value, SEARCH_SALT + index, out_dir)
+        return _level(_sized(s, value), value, SEARCH_SALT + index, out_dir)
     except InfraError as err:
         s.check_engine()
         raise LevelFailed(str(err).splitlines()[0][:200]) from err

@@ -59,6 +59,11 @@ class LoadClient:
             stop_group(self.process, grace_s=2)
             self.process, self._pending = None, b""
 
+    @property
+    def pgid(self) -> int | None:
+        """Its process group (spawn starts it as its own), while it runs."""
+        return self.process.pid if self.process is not None else None
+
     def __enter__(self) -> LoadClient:
         return self.start()
 

@@ -33,6 +33,7 @@ from workbench.mechanisms.digests import sha256_json
 from workbench.mechanisms.errors import InfraError
 from workbench.mechanisms.files import write_json
 from workbench.mechanisms.paths import cache_root
+from workbench.mechanisms.placement import apart
 from workbench.mechanisms.progress import counted, status
 from workbench.mechanisms.timing import span
 from workbench.serve.engine import (
@@ -220,7 +221,8 @@ def measure(cfg: RunConfig, role: str, model_dir: Path, served: str, extra_args:
                                             out_dir, console, tokenizer_dir, role)
                 with status(console, f"\\[{role}] load profile {cfg.load.profile!r}: warm-up, "
                                     f"levels {', '.join(f'{x:g}' for x in cfg.workload.levels)}"), \
-                        span(f"{role}: load test", "load"):
+                        span(f"{role}: load test", "load"), \
+                        apart(pgid if device == "cpu" else None, client.pgid):
                     load = run_load_test(
                         server.base_url, server.info.served_name, tokenizer_dir, cfg.workload,
                         out_dir / "load", requests, name=cfg.load.profile,
