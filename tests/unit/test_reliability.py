@@ -55,6 +55,24 @@ def test_watchdog_resets_after_an_answer_and_calls_a_silent_generator_stalled(mo
         watch()
 
 
+def test_watchdog_reads_progress_from_a_levels_sampler_not_its_own_scrape(monkeypatch
+                                                                          ) -> None:
+    """While a level's telemetry sampler reads /metrics, the watchdog takes the output
+    token count from it: one reader of /metrics, not two."""
+    now, counts, scraped = [1000.0], [5.0], []
+    monkeypatch.setattr(loadtest.time, "monotonic", lambda: now[0])
+    watch = Watchdog(lambda: None, lambda: True, lambda: scraped.append(1) or "", stall_s=60)
+    watch.reset(lambda: counts[0])
+    watch()
+    now[0] += 50
+    counts[0] = 9.0
+    watch()  # progress, seen through the sampler
+    now[0] += 61
+    with pytest.raises(InfraError, match="engine stalled"):
+        watch()
+    assert scraped == []
+
+
 def test_watchdog_passes_on_a_dead_engine_as_dead() -> None:
     def dead() -> None:
         raise InfraError("engine died (exit code -9)")

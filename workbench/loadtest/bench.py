@@ -117,8 +117,12 @@ class Watchdog:
         self.stall_s = stall_s
         self.reset()
 
-    def reset(self) -> None:
+    def reset(self, generated: Callable[[], float | None] | None = None) -> None:
+        """A new run. generated: where the output-token count comes from while it runs (a
+        level's telemetry sampler, which reads /metrics anyway); else a scrape of its own.
+        Every /metrics read costs the engine's API server time (docs/load.md)."""
         self.missed, self.tokens, self.progress_at = 0, -1.0, time.monotonic()
+        self.generated = generated
 
     def __call__(self) -> None:
         self.check_alive()
@@ -139,6 +143,8 @@ class Watchdog:
                              f"(engine.request_timeout_s {self.stall_s:.0f})")
 
     def _generated(self) -> float | None:
+        if self.generated is not None:
+            return self.generated()
         if self.scrape is None:
             return None
         try:
@@ -234,10 +240,10 @@ def _level(s: Session, value: float, salt: int, out_dir: Path) -> LevelResult:
                                   trace_file)
         args = bench_args(s.base_url, s.served_name, s.tokenizer, s.profile, value,
                           trace_file, chunk, len(s.requests), raw_file)
-    s.watch.reset()
     with contextlib.ExitStack() as during:
         sampler = during.enter_context(Sampler(s.scrape, s.profile.telemetry_interval_s)) \
             if s.scrape else None
+        s.watch.reset(sampler.generated if sampler else None)
         try:
             raw = s.client.run(args, out_dir / f"bench-{label}.log", raw_file,
                                f"at level {label}", s.watch)

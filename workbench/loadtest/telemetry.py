@@ -108,6 +108,12 @@ class Sampler:
         self._last = scrape
         self.samples.append(_sample(now, scrape, self._first))
 
+    def generated(self) -> float | None:
+        """Output tokens the engine has generated in all, as of its latest read (the load
+        watchdog's progress check reads this rather than scraping /metrics again)."""
+        last = self._last
+        return last.counters.get("vllm:generation_tokens") if last is not None else None
+
     def bracket(self) -> tuple[Scrape, Scrape]:
         """The reads on the way in and on the way out."""
         assert self._first is not None and self._last is not None
