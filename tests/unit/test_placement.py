@@ -37,10 +37,14 @@ def test_apart_pins_every_thread_of_both_groups_and_restores_them() -> None:
         while len(group_threads(engine.pid)) < 3 or len(group_threads(client.pid)) < 3:
             assert time.monotonic() < deadline, "the stand-in groups did not start"
             time.sleep(0.05)  # the thread and the fork are up
+        bound = group_threads(engine.pid)[-1]  # as vLLM binds a compute thread to a core
+        os.sched_setaffinity(bound, {min(engine_cores)})
         before = {tid: os.sched_getaffinity(tid) for tid in group_threads(engine.pid)}
         with apart(engine.pid, client.pid) as placed:
             assert placed
-            assert all(os.sched_getaffinity(t) == engine_cores for t in group_threads(engine.pid))
+            assert all(os.sched_getaffinity(t) == engine_cores for t in group_threads(engine.pid)
+                       if t != bound)
+            assert os.sched_getaffinity(bound) == {min(engine_cores)}  # its binding kept
             assert all(os.sched_getaffinity(t) == client_cores for t in group_threads(client.pid))
             assert os.sched_getaffinity(0) == client_cores  # this thread starts the sampler
         assert {tid: os.sched_getaffinity(tid) for tid in group_threads(engine.pid)} == before

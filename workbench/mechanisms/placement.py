@@ -52,15 +52,19 @@ def group_threads(pgid: int) -> list[int]:
 
 
 def _pin(threads: list[int], cores: set[int]) -> dict[int, set[int]]:
-    """Pin each thread to cores; what each was allowed before (threads that ended are
-    skipped)."""
+    """Pin each thread to cores, unless it is already held within them (vLLM binds each of
+    its compute threads to one core: that binding stays); what each thread it moved was
+    allowed before (threads that ended are skipped)."""
     before = {}
     for tid in threads:
         try:
-            before[tid] = os.sched_getaffinity(tid)
+            allowed = os.sched_getaffinity(tid)
+            if allowed <= cores:
+                continue
             os.sched_setaffinity(tid, cores)
+            before[tid] = allowed
         except (ProcessLookupError, PermissionError, OSError):
-            before.pop(tid, None)
+            continue
     return before
 
 
