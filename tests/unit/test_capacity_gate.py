@@ -57,3 +57,18 @@ def test_a_run_without_a_search_fails_closed() -> None:
     bare = LoadResult("client", {}, [])
     out = judge(bare, load((4.0, 4.4)), 0.85)
     assert out.status == "fail" and "no capacity search" in out.detail
+
+
+def test_the_plot_draws_each_models_bracket_over_its_sessions(tmp_path) -> None:
+    from workbench.mechanisms.plotting import pyplot
+    from workbench.record.plots import _capacity_panel, plot_latency_vs_throughput
+
+    loads = {"baseline": load((3.25, 3.5), (3.0, 3.25)), "candidate": load((3.0, None))}
+    fig, ax = pyplot().subplots()
+    _capacity_panel(ax, loads)
+    bars = [ln.get_xdata() for ln in ax.lines if ln.get_linewidth() == 4]
+    # the span of the sessions; an open top drawn to the heaviest level tried
+    assert [list(b) for b in bars] == [[3.0, 3.5], [3.0, 3.0]]
+    assert [t.get_text() for t in ax.texts] == ["[3, 3.5)", "≥ 3"]
+    path = plot_latency_vs_throughput(loads, "t", tmp_path / "p.png")
+    assert path.read_bytes()[:4] == b"\x89PNG"

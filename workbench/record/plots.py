@@ -1,4 +1,5 @@
-"""The load sweep as a picture: latency percentiles against throughput, one line per model.
+"""The load sweep as a picture: latency percentiles against throughput, one line per model,
+and the capacity at the SLO when the profile searched for it.
 
 matplotlib comes with MLflow; the PNG lands in the run folder, which is logged to MLflow as
 artifacts (the UI shows it inline) and linked from decision.md.
@@ -6,9 +7,11 @@ artifacts (the UI shows it inline) and linked from decision.md.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
+from workbench.gate.capacity import capacity_bracket
 from workbench.loadtest.results import LoadResult
 from workbench.mechanisms.plotting import pyplot
 
@@ -26,9 +29,12 @@ def plot_latency_vs_throughput(loads: dict[str, LoadResult], title: str, path: P
     """One panel per latency: p50 (solid) and p99 (dashed) against output tokens/s, each
     point labelled with its level; baseline and candidate on the same axes."""
     plt = pyplot()
-    fig, axes = plt.subplots(1, len(PANELS), figsize=(5 * len(PANELS), 4.2),
-                             constrained_layout=True)
-    for ax, (metric, ylabel) in zip(axes, PANELS, strict=True):
+    searched = any(r.capacity for load in loads.values() for r in load.all_rounds())
+    panels = len(PANELS) + searched
+    fig, axes = plt.subplots(1, panels, figsize=(5 * panels, 4.2), constrained_layout=True)
+    if searched:
+        _capacity_panel(axes[-1], loads)
+    for ax, (metric, ylabel) in zip(axes, PANELS, strict=False):
         ringed = False  # one legend entry for the rings, whichever model has them
         for who, load in loads.items():
             x = [lv.output_throughput for lv in load.levels]
@@ -60,6 +66,37 @@ def plot_latency_vs_throughput(loads: dict[str, LoadResult], title: str, path: P
     return path
 
 
+
+
+def _capacity_panel(ax: Any, loads: dict[str, LoadResult]) -> None:
+    """The capacity at the SLO: per model, every level each session's search tried (filled:
+    held, hollow: did not), and the model's bracket over its sessions as a bar, the
+    interval the capacity gate reads (gate/capacity.py)."""
+    knob = "arrivals/s"
+    for row, (who, load) in enumerate(loads.items()):
+        colour = COLOURS.get(who)
+        sessions = [r.capacity for r in load.all_rounds() if r.capacity]
+        for k, found in enumerate(sessions):
+            knob = "requests in flight" if found["knob"] == "concurrency" else knob
+            y = row + 0.12 * (k - (len(sessions) - 1) / 2)
+            for t in found["tried"]:
+                ax.plot(t["level"], y, "o", color=colour,
+                        markerfacecolor=colour if t["held"] else "none")
+        bracket = capacity_bracket(load)
+        if bracket is not None:
+            low, high, _ = bracket
+            top = high if math.isfinite(high) else max(
+                (t["level"] for c in sessions for t in c["tried"]), default=low)
+            ax.plot([low, top], [row - 0.3, row - 0.3], "-", color=colour, linewidth=4,
+                    solid_capstyle="butt")
+            ax.annotate(f"[{low:g}, {high:g})" if math.isfinite(high) else f"≥ {low:g}",
+                        (low, row - 0.3), textcoords="offset points", xytext=(0, -11),
+                        fontsize=7)
+    ax.set_yticks(range(len(loads)), list(loads))
+    ax.set_ylim(len(loads) - 0.5, -0.7)
+    ax.set_xlabel(f"{knob} (filled: held the SLO)")
+    ax.set_title("capacity at the SLO", fontsize=9)
+    ax.grid(True, axis="x", alpha=0.3)
 
 
 def plot_telemetry(loads: dict[str, LoadResult], title: str, path: Path) -> Path | None:
