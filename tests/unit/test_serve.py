@@ -214,6 +214,9 @@ import os, signal, sys, time
 from pathlib import Path
 from workbench.mechanisms.processes import popen_holding_signals, spawn
 
+# Python's own Ctrl-C handler, whatever this process inherited: a shell starts a background
+# job (`.ci/run &`) with SIGINT ignored, and the signal below would then never arrive
+signal.signal(signal.SIGINT, signal.default_int_handler)
 # Ctrl-C landing inside an at-fork handler, as a library's (filelock's) may be running
 os.register_at_fork(before=lambda: os.kill(os.getpid(), signal.SIGINT))
 try:
