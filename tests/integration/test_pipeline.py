@@ -300,6 +300,8 @@ def check_load_and_headroom(record: dict, role: str) -> None:
     assert room["max_concurrent_sequences"] == room["kv_cache_blocks"] // -(-longest // room[
         "block_size"])  # whole blocks for the workload's longest request
     assert room["peak_engine_rss_bytes"] > 100 * 2**20 and 0 <= room["peak_kv_cache_usage"] <= 1
+    if len(os.sched_getaffinity(0)) > 1:  # the load test ran with the engine placed apart
+        assert "the load client on CPU" in load["boundary"], load["boundary"]
     # the capacity search: the named levels (1 and 4 in flight) held, so it doubled to 8,
     # which held too, and 8 is every request of a level: nothing more to try
     cap = load["capacity"]

@@ -8,6 +8,7 @@ candidate.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import json
 import os
@@ -103,7 +104,10 @@ def baseline_key(cfg: RunConfig, model_digest: str, suites: list[Suite], device:
         "engine_version": engine_version, "profile": cfg.profile, "seed": cfg.seed,
         "suites": {s.name: s.digest for s in suites}, "sampling": SAMPLING,
         "load": cfg.workload.model_dump(), "requests": [asdict(r) for r in requests],
-        "scoring": SCORING_VERSION, "format": 5,  # 5: the server facts comparability reads
+        # 5: the server facts comparability reads; 6: on a CPU the load test runs with the
+        # engine and its client on separate cores (placement.py), so an unplaced cached
+        # baseline's latency is not comparable with a placed candidate's
+        "scoring": SCORING_VERSION, "format": 6,
     })
 
 
@@ -222,7 +226,7 @@ def measure(cfg: RunConfig, role: str, model_dir: Path, served: str, extra_args:
                 with status(console, f"\\[{role}] load profile {cfg.load.profile!r}: warm-up, "
                                     f"levels {', '.join(f'{x:g}' for x in cfg.workload.levels)}"), \
                         span(f"{role}: load test", "load"), \
-                        apart(pgid if device == "cpu" else None, client.pgid):
+                        apart(pgid if device == "cpu" else None, client.pgid) as placed:
                     load = run_load_test(
                         server.base_url, server.info.served_name, tokenizer_dir, cfg.workload,
                         out_dir / "load", requests, name=cfg.load.profile,
@@ -231,6 +235,8 @@ def measure(cfg: RunConfig, role: str, model_dir: Path, served: str, extra_args:
                         on_searched=functools.partial(_print_searched, console, role),
                         ceiling=ceiling, responsive=server.responsive,
                         stall_s=cfg.engine.request_timeout_s, client=client)
+                    load = dataclasses.replace(load, boundary=f"{load.boundary}; {placed}") \
+                        if placed else load
         # read after the load, when the engine has reported its final cache figures
         final = server.metrics()
         server.info.cache_info = parse_cache_info(final) or server.info.cache_info

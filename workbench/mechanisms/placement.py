@@ -74,14 +74,18 @@ def _restore(before: dict[int, set[int]]) -> None:
             os.sched_setaffinity(tid, cores)
 
 
+def _cores(cores: set[int]) -> str:
+    return ",".join(str(c) for c in sorted(cores))
+
+
 @contextlib.contextmanager
-def apart(engine_pgid: int | None, client_pgid: int | None) -> Iterator[bool]:
+def apart(engine_pgid: int | None, client_pgid: int | None) -> Iterator[str | None]:
     """The engine's group on its cores and the client's group (with this thread) on the
-    spare one, until the block ends; yields whether it placed anything (not with one core
-    or no engine process, e.g. an endpoint)."""
+    spare one, until the block ends; yields what it did, for the record, or None when it
+    placed nothing (one core, or no engine process of ours: an endpoint)."""
     cores = split_cores(os.sched_getaffinity(0))
     if cores is None or engine_pgid is None:
-        yield False
+        yield None
         return
     engine_cores, client_cores = cores
     before = _pin(group_threads(engine_pgid), engine_cores)
@@ -90,7 +94,8 @@ def apart(engine_pgid: int | None, client_pgid: int | None) -> Iterator[bool]:
     own = os.sched_getaffinity(0)
     os.sched_setaffinity(0, client_cores)
     try:
-        yield True
+        yield (f"the engine's processes on CPU {_cores(engine_cores)}, the load client on CPU "
+               f"{_cores(client_cores)} (docs/load.md, \"Where the load client runs\")")
     finally:
         os.sched_setaffinity(0, own)
         _restore(before)

@@ -115,6 +115,9 @@ def load_lines(rec: DecisionRecord) -> list[str]:
         lines += ["", "On a CPU the load generator, the API server and the engine share cores, "
                   "so client-side inter-token gaps are bursty: read TPOT and ITL from the "
                   "server-side columns (docs/load.md)."]
+        placed = {dict(rec.load.get(who, {})).get("boundary", "")
+                  for who in ("baseline", "candidate")}
+        lines += [f"Measured: {b}." for b in sorted(placed) if "; " in b]
     for who in ("baseline", "candidate"):
         gen = dict(rec.load.get(who, {})).get("generator")  # type: ignore[call-overload]
         best = max((lv["output_throughput"] for w, lv in levels if w == who), default=0.0)
