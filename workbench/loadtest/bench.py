@@ -343,10 +343,17 @@ def _search(s: Session, out_dir: Path, named: list[LevelResult],
     start = spec.start or s.profile.levels[0]
     known = {float((lv.concurrency if knob == "concurrency" else lv.request_rate) or 0): lv
              for lv in named}
-    timed = knob == "request_rate" and spec.level_seconds is not None
-    most = math.inf if timed else _top(knob, len(s.requests), named)
+    most = math.inf if _level_seconds(s.profile) else _top(knob, len(s.requests), named)
     return search_capacity(spec, knob, start, most,
                            functools.partial(_search_level, s, out_dir), on_searched, known)
+
+
+def _level_seconds(profile: LoadProfile) -> float | None:
+    """How long each searched level's arrivals last, when the search sizes its levels by
+    time (arrival rates with level_seconds); None when every level sends the profile's
+    requests."""
+    spec = profile.capacity
+    return spec.level_seconds if spec is not None and profile.mode == "rate" else None
 
 
 def _sized(s: Session, value: float) -> Session:
@@ -354,10 +361,10 @@ def _sized(s: Session, value: float) -> Session:
     that many seconds of arrivals (the profile's requests first, more drawn the same way);
     otherwise the profile's requests. A level of a fixed count at a rate the engine cannot
     sustain ends before a queue has built (docs/load.md, "Capacity at the SLO")."""
-    spec = s.profile.capacity
-    if spec is None or spec.level_seconds is None or s.profile.mode != "rate":
+    seconds = _level_seconds(s.profile)
+    if seconds is None:
         return s
-    n = math.ceil(value * spec.level_seconds)
+    n = math.ceil(value * seconds)
     if n <= len(s.requests):
         return s
     more = draw_requests(s.profile, n, s.profile.seed)

@@ -19,6 +19,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from workbench.mechanisms.processes import group_pids
+
 __all__ = ["Headroom", "PeakSampler", "group_rss_bytes", "headroom", "weights_bytes"]
 
 
@@ -57,12 +59,9 @@ def group_rss_bytes(pgid: int) -> int:
     operator's `ps` would add up, and it moves with what the candidate changes."""
     total = 0
     page = os.sysconf("SC_PAGE_SIZE")
-    for stat in Path("/proc").glob("[0-9]*/stat"):
+    for pid in group_pids(pgid):
         try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-            if int(fields[2]) != pgid:  # field 5 of stat: the process group
-                continue
-            total += int((stat.parent / "statm").read_text().split()[1]) * page
+            total += int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * page
         except (OSError, IndexError, ValueError):
             continue  # the process ended while being read
     return total

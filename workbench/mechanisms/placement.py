@@ -24,6 +24,8 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+from workbench.mechanisms.processes import group_pids
+
 __all__ = ["apart", "group_threads", "split_cores"]
 
 PROC = Path("/proc")
@@ -39,15 +41,13 @@ def split_cores(cores: set[int]) -> tuple[set[int], set[int]] | None:
 
 
 def group_threads(pgid: int) -> list[int]:
-    """Every thread of every process in a process group, read from /proc (the engine's
-    processes are the API server, its engine core and the worker it forks)."""
+    """Every thread of every process in a process group."""
     found = []
-    for task in PROC.glob("[0-9]*/task/[0-9]*"):
+    for pid in group_pids(pgid):
         try:
-            if os.getpgid(int(task.parent.parent.name)) == pgid:
-                found.append(int(task.name))
-        except (ProcessLookupError, PermissionError):
-            continue  # ended meanwhile, or not ours to read
+            found += [int(task.name) for task in (PROC / str(pid) / "task").iterdir()]
+        except OSError:
+            continue  # ended meanwhile
     return found
 
 

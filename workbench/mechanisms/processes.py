@@ -17,8 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["HELD_SIGNALS", "Terminated", "free_port", "install_sigterm_as_interrupt", "pid_alive",
-           "popen_holding_signals", "signal_group", "spawn", "stop_group"]
+__all__ = ["HELD_SIGNALS", "Terminated", "free_port", "group_pids", "install_sigterm_as_interrupt",
+           "pid_alive", "popen_holding_signals", "signal_group", "spawn", "stop_group"]
 
 
 _LOWEST_PORT = 10000
@@ -106,6 +106,19 @@ def popen_holding_signals(cmd: list[str], child_setup: Callable[[], None], **kwa
             raise
     return proc
 
+
+
+def group_pids(pgid: int) -> list[int]:
+    """Every process in a process group, from /proc (a spawned child leads its own: the
+    engine's API server, its engine core and the worker it forks)."""
+    found = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            if os.getpgid(int(entry.name)) == pgid:
+                found.append(int(entry.name))
+        except (ProcessLookupError, PermissionError):
+            continue  # ended meanwhile, or not ours to read
+    return found
 
 
 def stop_group(proc: subprocess.Popen[bytes], grace_s: float = 5) -> None:
