@@ -76,3 +76,14 @@ def test_a_trial_is_priced_from_where_its_time_went(tmp_path: Path) -> None:
         == pytest.approx(2089.0)
     cheaper = dataclasses.replace(first, looks=1)
     assert trial_price(cheaper, 4.3, looked_twice=True) == pytest.approx(949 - 319 + 267 * 3.3)
+
+
+def test_a_resumed_tune_prices_the_baselines_second_look_it_did_not_measure(
+        tmp_path: Path) -> None:
+    # resumed: the baseline's suites came from the cache, so this trial's timeline has none;
+    # a second look still answers the baseline's remaining items, priced at the candidate's
+    spans = [{"name": "quantise", "kind": "quantise", "start_s": 0, "seconds": 91},
+             {"name": "candidate: arithmetic", "kind": "suite", "start_s": 91, "seconds": 267}]
+    (tmp_path / "timing.json").write_text(json.dumps({"wall_time_s": 568, "spans": spans}))
+    resumed = dataclasses.replace(row(568.0), run_dir=str(tmp_path))
+    assert next_trial_s([resumed], growth=4.3) == pytest.approx(568 + (267 + 267) * 3.3)

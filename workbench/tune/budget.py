@@ -62,7 +62,10 @@ def trial_price(row: SweepRow, growth: float, looked_twice: bool) -> float:
     (its timing.json). The baseline's suites are measured once per tune and cached, so
     they leave the price of a first look; a second look answers (growth - 1) times the
     sample's items again, for the candidate's suites and, until some trial of this tune
-    has looked twice, the baseline's. A trial that looked twice is priced at what it took;
+    has looked twice, the baseline's: at its own suites' time when this trial measured
+    them, at the candidate's when they came from the cache (a resumed tune, whose first
+    trial here is not the one that measured the baseline; both models answer the same
+    items). A trial that looked twice is priced at what it took;
     one without a timeline (measured before timing.json had stages) at its wall time,
     grown whole."""
     wall = row.evaluate_s or 0.0
@@ -72,7 +75,8 @@ def trial_price(row: SweepRow, growth: float, looked_twice: bool) -> float:
     if spans is None:
         return wall * growth
     baseline, candidate = spans
-    extra = (candidate + (0.0 if looked_twice else baseline)) * (growth - 1)
+    baseline_again = 0.0 if looked_twice else max(baseline, candidate)
+    extra = (candidate + baseline_again) * (growth - 1)
     return wall - baseline + extra
 
 
