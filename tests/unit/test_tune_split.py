@@ -131,3 +131,25 @@ def test_the_trial_confirmed_is_the_best_promoted_on_the_objective() -> None:
         table = SweepRecord("m", "cpu", "g", objective, "worst_lower_bound",  # type: ignore[arg-type]
                             "w", {}, rows, front, recommendation, "d", "now")
         assert pick_trial(search, table) == expected
+
+
+def test_a_rejected_best_trial_is_said_to_fail_only_the_gates_it_failed() -> None:
+    """None promoted: the record names the gates the best trial fails, and counts the ones
+    its sample left open instead of listing them as failures; a trial that fails nothing
+    is held back by the gates it did not settle."""
+    from workbench.tune.run import Search, _none_promoted
+
+    rejected = SweepRow("int4-keep4", "decided", decision="reject",
+                        failing_gates=["health:(pooled)"],
+                        inconclusive_gates=["quality:arithmetic", "safety:overrefusal"])
+    outcome = _none_promoted(Search(rows={0: SweepRow(
+        "int4", "decided", decision="reject",
+        failing_gates=["health:(pooled)", "health:arithmetic"]), 4: rejected}))
+    assert outcome.still_failing == ["health:(pooled)"]
+    assert "`int4-keep4` (4 kept), is reject: fails health:(pooled); 2 more not settled" \
+        in outcome.reason and "quality:arithmetic" not in outcome.reason
+    undecided = SweepRow("int4-keep8", "decided", decision="inconclusive",
+                         inconclusive_gates=["quality:arithmetic"])
+    outcome = _none_promoted(Search(rows={8: undecided}))
+    assert outcome.still_failing == ["quality:arithmetic"]
+    assert outcome.reason.endswith("is inconclusive: not shown within margin: quality:arithmetic")

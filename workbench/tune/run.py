@@ -246,9 +246,9 @@ def _outcome(p: Plan, sens: Sensitivity, search: Search,
     trial = search.rows[chosen].candidate
     kept = sens.ranked()[:chosen]
     if confirmation.decision != PASS:
-        gates = confirmation.failing_gates + confirmation.inconclusive_gates
+        gates, why = _in_the_way(confirmation)
         return Outcome("not_confirmed", f"`{trial}` was promoted on the search half but is "
-                       f"{confirmation.decision} on the held-out half ({', '.join(gates)}): "
+                       f"{confirmation.decision} on the held-out half ({why}): "
                        "the search's pass did not hold on items it never judged",
                        trial, kept, confirmation_dir=confirmation.run_dir,
                        still_failing=gates)
@@ -268,10 +268,21 @@ def _none_promoted(search: Search) -> Outcome:
     if not decided:
         return Outcome("none_promoted", f"no trial was judged ({search.stopped})")
     k, best = min(decided, key=lambda kr: (len(kr[1].failing_gates), -kr[0]))
-    gates = best.failing_gates + best.inconclusive_gates
+    gates, why = _in_the_way(best)
     return Outcome("none_promoted", f"no trial was promoted ({search.stopped}); the best, "
-                   f"`{best.candidate}` ({k} kept), is {best.decision} on: "
-                   f"{', '.join(gates)}", best.candidate, still_failing=gates)
+                   f"`{best.candidate}` ({k} kept), is {best.decision}: {why}",
+                   best.candidate, still_failing=gates)
+
+
+def _in_the_way(row: SweepRow) -> tuple[list[str], str]:
+    """The gates between a trial and promotion, and how to say so: those it fails, or, when
+    it fails none, those its items left undecided. A reject's undecided gates are counted,
+    not listed as failures: its sample never had to settle them."""
+    if row.failing_gates:
+        open_ = (f"; {len(row.inconclusive_gates)} more not settled by its items"
+                 if row.inconclusive_gates else "")
+        return row.failing_gates, f"fails {', '.join(row.failing_gates)}{open_}"
+    return row.inconclusive_gates, f"not shown within margin: {', '.join(row.inconclusive_gates)}"
 
 
 _PYTHON_TAG = re.compile(r"!!python/object/apply:[\w.]+\s*\[\s*(\w+)\s*\]")
