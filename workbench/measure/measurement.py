@@ -46,7 +46,7 @@ from workbench.serve.engine import (
 )
 from workbench.suites.definition import Suite
 from workbench.suites.results import SCORING_VERSION, SuiteResult
-from workbench.suites.runner import run_suite
+from workbench.suites.runner import IN_FLIGHT, run_suite
 
 __all__ = ["MEASUREMENT_FILE", "SAMPLING", "Measurement", "baseline_key", "cached_measurement",
            "cached_pair", "load_pair", "measure", "pair_key", "store_pair"]
@@ -103,6 +103,7 @@ def baseline_key(cfg: RunConfig, model_digest: str, suites: list[Suite], device:
         "model": model_digest, "engine": cfg.engine.identity(), "device": device,
         "engine_version": engine_version, "profile": cfg.profile, "seed": cfg.seed,
         "suites": {s.name: s.digest for s in suites}, "sampling": SAMPLING,
+        "in_flight": IN_FLIGHT,
         "load": cfg.workload.model_dump(), "requests": [asdict(r) for r in requests],
         # 5: the server facts comparability reads; 6: on a CPU the load test runs with the
         # engine and its client on separate cores (placement.py), so an unplaced cached
