@@ -59,7 +59,8 @@ class Outcome:
     recipe_file: str | None = None  # its llm-compressor recipe, usable as `recipe_file:`
     candidate_file: str | None = None  # a `candidates:` entry that names it
     confirmation_dir: str | None = None  # its decision on the held-out half
-    still_failing: list[str] = field(default_factory=list)  # none passed: the best's gates
+    # none passed: the gates the best trial fails (those left open when it fails none)
+    still_failing: list[str] = field(default_factory=list)
 
 
 @dataclass
