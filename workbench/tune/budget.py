@@ -75,7 +75,7 @@ def trial_price(row: SweepRow, growth: float, looked_twice: bool) -> float:
     if spans is None:
         return wall * growth
     baseline, candidate = spans
-    baseline_again = 0.0 if looked_twice else max(baseline, candidate)
+    baseline_again = 0.0 if looked_twice else (baseline or candidate)
     extra = (candidate + baseline_again) * (growth - 1)
     return wall - baseline + extra
 
