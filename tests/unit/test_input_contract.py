@@ -72,6 +72,9 @@ CASES: list[tuple[str, Mutation, tuple[str, ...]]] = [
      ("config.yaml", "model.path", "not a model folder")),
     ("missing-calibration", config_edit(calibration__files=["data/none.jsonl"]),
      ("config.yaml", "calibration.files", "not found")),
+    # the fuzz test's find: a name the filesystem refuses is bad input, not an OS failure
+    ("calibration-name-too-long", config_edit(calibration__files=["c" * 300 + ".jsonl"]),
+     ("config.yaml", "calibration.files", "File name too long")),
     ("ragged-group-size", config_edit(candidates={"int4": {"recipe": "w4a16",
                                                            "group_size": 256}}),
      ("config.yaml", "candidates.int4.group_size", "576")),

@@ -17,14 +17,23 @@ from typing import Any
 
 from workbench.mechanisms.errors import InfraError, InputError
 
-__all__ = ["NAME_PATTERN", "NAME_RULE", "inside", "name_problem", "new_run_dir", "read_json",
-           "read_text", "writable_problem", "write_json"]
+__all__ = ["NAME_PATTERN", "NAME_RULE", "exists", "inside", "name_problem", "new_run_dir",
+           "read_json", "read_text", "writable_problem", "write_json"]
 
 # Letters, digits and . _ + - only, starting with a letter or digit, at most 64 characters:
 # safe in a file name on every file system, in an MLflow run name and in a metric name.
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,63}")
 NAME_RULE = ("1-64 characters: letters, digits and . _ + -, starting with a letter or digit "
              "(a name, never a path)")
+
+
+def exists(path: Path) -> bool:
+    """Path.exists() that answers False where the OS refuses the name (too long, say),
+    so that the reader of the config key that named it can say why."""
+    try:
+        return path.exists()
+    except OSError:
+        return False
 
 
 def name_problem(value: object) -> str | None:

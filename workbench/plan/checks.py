@@ -74,6 +74,10 @@ class Problems(list):
         except InputError as err:
             self.extend(err.problems)
             return None
+        except OSError as err:  # a path a config names that the OS refuses (too long...)
+            self.append(f"{err.filename or 'a path in the config'}: cannot be read: "
+                        f"{err.strerror or err}")
+            return None
 
     def raise_any(self) -> None:
         unique = list(dict.fromkeys(self))

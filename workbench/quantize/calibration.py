@@ -22,9 +22,14 @@ def read_passages(names: list[str], resolve: Resolve, key: str) -> list[dict]:
     rows: list[dict] = []
     for name in names:
         path = resolve(name)
-        if not path.is_file():
+        try:
+            found = path.is_file()
+        except OSError as err:  # e.g. a name longer than the filesystem allows
+            raise InputError(
+                f"calibration.{key}: {name!r} cannot be read: {err.strerror}") from None
+        if not found:
             raise InputError(f"calibration.{key}: {name!r} not found (looked at {path})")
-        for lineno, line in enumerate(jsonl_lines(path), start=1):
+        for lineno, line in enumerate(_lines(path, key, name), start=1):
             if not line.strip():
                 continue
             try:
@@ -37,6 +42,13 @@ def read_passages(names: list[str], resolve: Resolve, key: str) -> list[dict]:
                 ) from None
             rows.append(row)
     return rows
+
+
+def _lines(path: Path, key: str, name: str) -> list[str]:
+    try:
+        return list(jsonl_lines(path))
+    except OSError as err:
+        raise InputError(f"calibration.{key}: {name!r} cannot be read: {err.strerror}") from None
 
 
 def calibration_samples(cfg: CalibrationConfig, resolve: Resolve) -> list[str]:
