@@ -3,7 +3,9 @@ runs, even when no item finishes in it."""
 
 from __future__ import annotations
 
+import contextlib
 import io
+import sys
 import time
 
 from rich.console import Console
@@ -66,3 +68,23 @@ def test_a_task_ended_by_an_error_says_stopped_not_done() -> None:
         pass
     last = out.getvalue().splitlines()[-1]
     assert last.startswith("  long-context (smoke): 12/144 items") and "stopped" in last
+
+
+def test_lines_reach_the_console_while_a_library_redirects_stdout(monkeypatch) -> None:
+    """lm-eval runs inside contextlib.redirect_stdout (suites/lmeval.py): the CLI's console,
+    which writes to whatever sys.stdout is, must still tick into the run's log, not into
+    lm-eval's file (49 s without a line on a slow CPU)."""
+    log, library_log = io.StringIO(), io.StringIO()
+    monkeypatch.setattr(sys, "stdout", log)
+    console = Console(force_terminal=False, width=200)  # the CLI's: no file of its own
+    with counted(console, every_s=0.1) as progress:
+        task = progress.add_task("openbookqa-lmeval (smoke)", total=60)
+        with contextlib.redirect_stdout(library_log):
+            time.sleep(0.35)
+            progress.advance(task, 60)
+    with status(console, "waiting", every_s=0.1), contextlib.redirect_stdout(library_log):
+        time.sleep(0.25)
+    ticks = [ln for ln in log.getvalue().splitlines() if "openbookqa-lmeval" in ln]
+    assert len(ticks) >= 3 and "60/60" in ticks[-1]
+    assert "… waiting (" in log.getvalue()
+    assert library_log.getvalue() == ""

@@ -6,20 +6,24 @@ bar once, when its task ends, and a status never, so a model's suites ran for tw
 minutes without a line (docs/architecture.md, "Progress"). Off a terminal these print a
 line when work starts, one at least every EVERY_S seconds while it runs (items done, items
 per second and about how long is left, for counted work), and one when a counted task
-ends. A thread ticks the lines, so a slow item does not silence them.
+ends. A thread ticks the lines, so a slow item does not silence them. The lines go where the
+console wrote when the work began: a library that redirects sys.stdout into its own log
+while it runs (lm-eval, suites/lmeval.py) must not swallow them.
 """
 
 from __future__ import annotations
 
 import contextlib
+import sys
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import IO, Protocol
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.text import Text
 
 __all__ = ["EVERY_S", "Counter", "counted", "plain_line", "status"]
 
@@ -61,6 +65,13 @@ def _duration(seconds: float) -> str:
     return f"{minutes} min {secs} s" if minutes else f"{secs} s"
 
 
+def _say(out: IO[str], line: str) -> None:
+    """One plain line to the stream the work began on (markup and highlighting never
+    apply off a terminal)."""
+    out.write(line + "\n")
+    out.flush()
+
+
 class _PlainCounter:
     """Counted work as lines: a ticker thread prints the running task every EVERY_S."""
 
@@ -70,8 +81,10 @@ class _PlainCounter:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._ticker = threading.Thread(target=self._tick, name="progress", daemon=True)
+        self._out: IO[str] = console.file
 
     def __enter__(self) -> _PlainCounter:
+        self._out = self.console.file
         self._ticker.start()
         return self
 
@@ -96,7 +109,7 @@ class _PlainCounter:
             for t in running:
                 t.ended, t.stopped = True, stopped
         for t in running:
-            self.console.print(plain_line(t, time.monotonic()), markup=False, highlight=False)
+            _say(self._out, plain_line(t, time.monotonic()))
 
     def _tick(self) -> None:
         # each task speaks every_s after it started or last spoke: a short task says
@@ -108,7 +121,7 @@ class _PlainCounter:
                 for t in due:
                     t.said = now
             for t in due:
-                self.console.print(plain_line(t, now), markup=False, highlight=False)
+                _say(self._out, plain_line(t, now))
 
 
 @contextlib.contextmanager
@@ -135,9 +148,11 @@ class _PlainStatus:
         self.started = time.monotonic()
         self._stop = threading.Event()
         self._ticker = threading.Thread(target=self._tick, name="status", daemon=True)
+        self._out: IO[str] = sys.stdout
 
     def __enter__(self) -> _PlainStatus:
         self.console.print(f"  {self.text}")
+        self._out = self.console.file
         self._ticker.start()
         return self
 
@@ -150,8 +165,8 @@ class _PlainStatus:
 
     def _tick(self) -> None:
         while not self._stop.wait(self.every_s):
-            self.console.print(f"  … {self.text} ({_duration(time.monotonic() - self.started)} "
-                               "so far)")
+            text = Text.from_markup(self.text).plain  # as console.print would render it
+            _say(self._out, f"  … {text} ({_duration(time.monotonic() - self.started)} so far)")
 
 
 @contextlib.contextmanager
