@@ -50,6 +50,22 @@ def test_arrival_rate_and_trace_replay_with_a_duration_bound(tiny_model: Path,
     assert raw["input_lens"] == [20 + i for i in range(12)]  # the trace's own lengths
 
 
+def _search_sized_by(alone, shape: dict):
+    """The capacity search's profile sized by what this machine's engine does with one
+    request at a time, not by constants tuned on one machine (a slower CPU held no level
+    of a fixed 400 ms TTFT target): its named level is the rate one-at-a-time service
+    allows (saturating), its TTFT target eight services (a short queue), its TPOT target
+    three times the measured one (one sequence at a time: load does not move it)."""
+    from workbench.config.run_config import LoadProfile
+
+    service_s = (alone.ttft_ms["p50"] + (shape["output_tokens"] - 1) * alone.tpot_ms["p50"]) / 1e3
+    return LoadProfile(request_rate=[round(1 / service_s, 2)], **{**shape, "num_prompts": 24},
+                       slo={"ttft_p99_ms": round(8e3 * service_s),
+                            "tpot_p99_ms": round(3 * alone.tpot_ms["p99"], 1)},
+                       capacity={"resolution": 0.25, "max_levels": 8, "max_seconds": 120,
+                                 "level_seconds": 3})
+
+
 def test_saturation_capacity_and_conversations_on_one_engine(
         tiny_model: Path, tmp_path: Path) -> None:
     """An engine held to one sequence at a time, fed arrivals three times as fast as it
@@ -70,10 +86,6 @@ def test_saturation_capacity_and_conversations_on_one_engine(
              "telemetry_interval_s": 0.2}
     # long answers and one sequence at a time make the engine the slow side
     light = LoadProfile(concurrency=[1], **{**shape, "num_prompts": 16, "output_tokens": 128})
-    search = LoadProfile(request_rate=[2.0], **{**shape, "num_prompts": 24},
-                         slo={"ttft_p99_ms": 400, "tpot_p99_ms": 200},
-                         capacity={"resolution": 0.25, "max_levels": 8, "max_seconds": 120,
-                                   "level_seconds": 3})
     # the engine caches whole blocks (128 tokens on this CPU): prompts past one block
     chat = LoadProfile(concurrency=[2], num_prompts=4, prompt_tokens=200, output_tokens=8,
                        shared_prefix_tokens=16, warmup_prompts=0, telemetry_interval_s=0.1,
@@ -93,6 +105,7 @@ def test_saturation_capacity_and_conversations_on_one_engine(
         rate = float(max(3, round(3 * results["light"].levels[0].request_throughput)))
         results["heavy"] = measure("heavy", LoadProfile(
             request_rate=[rate], **{**shape, "output_tokens": 128}))
+        search = _search_sized_by(results["light"].levels[0], shape)
         results |= {name: measure(name, prof) for name, prof in (("search", search),
                                                                  ("chat", chat))}
     over = results["heavy"].levels[0]
@@ -119,8 +132,8 @@ def test_saturation_capacity_and_conversations_on_one_engine(
     assert found["knob"] == "request_rate" and len(found["tried"]) <= 8
     assert found["held"] is not None and found["not_held"] is not None, found
     assert found["not_held"] - found["held"] <= 0.25 * found["held"] or "spent" in found["stopped"]
-    searched = [t for t in found["tried"] if not t["named"]]  # r2, the named level, first
-    assert found["tried"][0]["level"] == 2.0 and found["tried"][0]["named"]
+    searched = [t for t in found["tried"] if not t["named"]]  # the named level first
+    assert found["tried"][0]["level"] == search.request_rate[0] and found["tried"][0]["named"]
     for t, lv in zip(searched, results["search"].searched, strict=True):
         assert t["held"] == (bool(lv.slo["meets_slo"]) and not lv.saturation["over_saturated"])
         # three seconds of arrivals, or the profile's 24 requests if more
