@@ -1,156 +1,147 @@
 #!/usr/bin/env bash
-# Everything a CUDA machine can check, in one call; figures go to $OUT (default ./gpu-check).
+# The GPU check in one call (issue 35): what a lent CUDA machine can tell us, in ~10 minutes,
+# without vLLM, a package index or more than 64 MiB of files besides the working tree.
 #
-#   bash scripts/gpu_check.sh prepare   # here, with registry access: fills .gpu/ to carry
-#   bash scripts/gpu_check.sh           # there: runs what the machine can run
+#   bash scripts/gpu_check.sh prepare    # here, with the registry: .gpu/ (wheels, tokenizer)
+#   bash scripts/gpu_check.sh            # there, .gpu carried: everything under $OUT
+#   bash scripts/gpu_check.sh --dry-run  # here, on the CPU: the same steps, widths / 16
 #
-# With vLLM importable (a GPU host set up by scripts/setup.sh, or one with vLLM installed):
-#   the main job (`workbench evaluate --candidate int4`, configs/gpu.yaml) and the load
-#   sweep (benchmarks/load_sweep.py: baseline, int4, fp8, kv-fp8) on the default model.
-# Without vLLM (too large to bring to some GPU hosts): every candidate quantised on the GPU
-#   through the workbench's quantise stage, and fidelity to the baseline through
-#   transformers (scripts/gpu_engine_free.py). It needs llm-compressor and a few small
-#   wheels, which `prepare` puts in .gpu/wheels with the default model's config and
-#   tokenizer (its weights do not fit what such a machine is sent; random weights of the
-#   same shapes stand in, and MODEL_DIR=/path/to/model uses real ones).
-# Where two GPUs answer (part C, after A or B): tensor parallel 2. With vLLM, the main job
-#   again with engine.tensor_parallel_size 2, and `validate` of an engine larger than the
-#   host (exit 2, naming both numbers); without it, the model sharded over both GPUs by
-#   transformers' tensor-parallel plan under torchrun (scripts/gpu_tp_check.py), its
-#   logits compared with one GPU's.
-# summary.txt in $OUT says which parts ran and how each ended. CONFIG picks another config,
-# CANDIDATES (part B) a subset; GPU_CHECK_PART=A|B|C and GPU_CHECK_ALLOW_CPU=1 test the
-# script on a machine without a GPU (C: part C alone, through torch.distributed's gloo).
+# Parts, each recorded in $OUT/parts/<part>.json and gathered into $OUT/summary.{json,txt}
+# (ran / failed / skipped, seconds, figures; scripts/gpu_summary.py):
+#   environment  the carried wheels unpacked offline into $GPU_CHECK_SITE, put first on
+#                PYTHONPATH (only those whose version the machine lacks; gpu_wheels.py)
+#   probe        nvidia-smi -L / -q / CSV queries, NVML, torch.cuda, and the workbench's own
+#                visible_gpus() and process_memory_bytes() against them (gpu_probe.py)
+#   quantise     the quantize worker on random-weight Llama 8B (4 layers: w4a16 g128,
+#                w8a8-int8, fp8-dynamic, kv-fp8) and 70B (2 layers: w4a16 g128) shapes;
+#                accelerator used, time per layer, peak memory, baseline perplexity on the
+#                device vs the CPU, reloaded checkpoint vs fake-quantised (gpu_quantize.py)
+#   kernels      the expected vLLM kernel per layer and tensor-parallel size (gpu_kernels.py)
+#   main-job     where vLLM is importable: `workbench evaluate --candidate int4` (gpu.yaml)
+#   tp2          where two GPUs answer: tensor parallel 2 through transformers (gpu_tp_check.py)
+# Exit 0 only when no part failed. PYTHON picks the interpreter (default python3; the dry run
+# uses the quantiser environment's), GPU_CHECK_WORK the folder for models and checkpoints
+# (several GB on a GPU, outside $OUT so that only figures come back).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 REPO=$PWD
-OUT=${OUT:-$REPO/gpu-check}
-PY=${PYTHON:-python3}
-mkdir -p "$OUT"
-say() { echo "[gpu_check] $*" | tee -a "$OUT/summary.txt"; }
+CACHE=${WORKBENCH_CACHE:-$HOME/.cache/quant-workbench}
+DEFAULT_MODEL=$CACHE/models/SmolLM2-135M-Instruct
+LIMIT_MIB=64
+# What llm-compressor 0.14 imports that such a machine may lack (it has torch, transformers,
+# accelerate, pandas, pyarrow, xxhash, nvidia-ml-py): the versions of the quantiser
+# environment (requirements/quant.txt) it was tested with. Each is unpacked there only when
+# that exact version is missing, so carrying one too many costs nothing but its size.
+PINS=(llmcompressor==0.14.0.1 compressed-tensors==0.19.0 loguru==0.7.3 datasets==5.2.0
+      dill==0.4.1 multiprocess==0.70.19 pydantic==2.14.4 pydantic_core==2.50.5
+      annotated-types==0.8.0 typing-inspection==0.4.5 accelerate==1.16.0 requests==2.34.2
+      urllib3==2.8.0 charset-normalizer==3.5.3 idna==3.20 certifi==2026.10.19.post1
+      pillow==13.0.0)
+SHAPE_FILES=(config.json generation_config.json tokenizer.json tokenizer_config.json
+             special_tokens_map.json chat_template.jinja)
 
 prepare() {
-  # The wheels the machine lacks, for its Python 3.12 (versions as in requirements/quant.txt).
-  local wheels=.gpu/wheels shape=.gpu/model-shape model
-  mkdir -p "$wheels" "$shape"
-  python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
-    --implementation cp --abi cp312 --abi abi3 --abi none \
-    --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
-    --platform manylinux2014_x86_64 -d "$wheels" \
-    llmcompressor==0.14.0.1 compressed-tensors==0.19.0 loguru==0.7.3 datasets==5.2.0 \
-    dill==0.4.1 multiprocess==0.70.19 pydantic==2.14.4 pydantic_core==2.50.5 \
-    annotated-types==0.8.0 typing-inspection==0.4.5 accelerate==1.15.0 || return 1
-  model=${WORKBENCH_CACHE:-$HOME/.cache/quant-workbench}/models/SmolLM2-135M-Instruct
-  [ -f "$model/config.json" ] || { echo "no default model at $model: run scripts/setup.sh"; return 1; }
-  cp "$model"/{config.json,generation_config.json,tokenizer.json,tokenizer_config.json,chat_template.jinja} "$shape"/
-  du -sh .gpu
+  local py=${PYTHON:-python3} f
+  rm -rf .gpu/wheels && mkdir -p .gpu/wheels .gpu/model-shape
+  # for the machine's Python 3.12 on x86-64 Linux, whatever this one is
+  "$py" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+    --implementation cp --abi cp312 --abi abi3 --abi none --platform manylinux_2_28_x86_64 \
+    --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .gpu/wheels \
+    "${PINS[@]}" || { echo "prepare: FAILED: pip download (see above)" >&2; return 1; }
+  [ -f "$DEFAULT_MODEL/config.json" ] ||
+    { echo "prepare: FAILED: no default model at $DEFAULT_MODEL: run scripts/setup.sh" >&2; return 1; }
+  for f in "${SHAPE_FILES[@]}"; do  # its tokenizer and config; its weights are not needed
+    [ -f "$DEFAULT_MODEL/$f" ] && cp "$DEFAULT_MODEL/$f" .gpu/model-shape/
+  done
+  ls -s --block-size=K .gpu/wheels | tail -n +2
+  "$py" scripts/gpu_wheels.py size .gpu "$LIMIT_MIB" ||
+    { echo "prepare: FAILED: .gpu exceeds the $LIMIT_MIB MiB the GPU machine takes" >&2; return 1; }
 }
 
-if [ "${1:-}" = prepare ]; then prepare; exit $?; fi
+case "${1:-}" in
+  prepare) prepare; exit $? ;;
+  --dry-run) MODE=dry-run ;;
+  "") MODE=gpu ;;
+  *) echo "usage: bash scripts/gpu_check.sh [prepare | --dry-run]" >&2; exit 2 ;;
+esac
 
-: > "$OUT/summary.txt"
-if ! "$PY" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
-  if [ "${GPU_CHECK_ALLOW_CPU:-0}" != 1 ]; then
-    say "no CUDA device visible to $PY: nothing run (GPU_CHECK_ALLOW_CPU=1 runs the path on the CPU)"
-    exit 1
-  fi
-  say "no CUDA device: running on the CPU because GPU_CHECK_ALLOW_CPU=1 (a test of the script)"
+OUT=${OUT:-$REPO/gpu-check}
+WORK=${GPU_CHECK_WORK:-${TMPDIR:-/tmp}/gpu-check-work}
+SITE=${GPU_CHECK_SITE:-${TMPDIR:-/tmp}/gpu-check-site}
+if [ "$MODE" = dry-run ]; then
+  PY=${PYTHON:-$CACHE/envs/quant/bin/python}
+  TOKENIZER=.gpu/model-shape; [ -f "$TOKENIZER/tokenizer.json" ] || TOKENIZER=$DEFAULT_MODEL
+  QUANT_BUDGET_S=${GPU_CHECK_QUANT_S:-1200}
+else
+  PY=${PYTHON:-python3}
+  TOKENIZER=.gpu/model-shape
+  QUANT_BUDGET_S=${GPU_CHECK_QUANT_S:-420}   # of the ~10 minutes the machine is lent for
 fi
-nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1 || true
-started=$(date +%s)
-status=0
+command -v "$PY" >/dev/null || { echo "gpu_check: no Python at $PY (set PYTHON)" >&2; exit 2; }
+# nothing may reach a network: the machine has none, and a try costs a timeout
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 PYTHONUNBUFFERED=1
+rm -rf "$OUT/parts" "$OUT/logs" "$OUT/quantise" "$OUT/probe"
+mkdir -p "$OUT/logs"
+STARTED=$SECONDS
 
-have_vllm() {
-  "$PY" -c 'import vllm' 2>/dev/null \
-    || [ -x "${WORKBENCH_CACHE:-$HOME/.cache/quant-workbench}/envs/engine/bin/python" ]
+mark() { "$PY" scripts/gpu_summary.py mark "$OUT" "$@"; }
+status_of() {
+  "$PY" -c 'import json, sys; print(json.load(open(sys.argv[1]))["status"])' \
+    "$OUT/parts/$1.json" 2>/dev/null || echo missing
 }
-PART=${GPU_CHECK_PART:-auto}   # A, B or C (part C alone) to choose, for a test of the script
-if [ "$PART" = C ]; then
-  say "part C only (GPU_CHECK_PART=C)"
-elif [ "$PART" = A ] || { [ "$PART" = auto ] && have_vllm; }; then
-  say "vLLM found: part A, the main job and the load sweep on the default model"
-  WB=${WORKBENCH:-$REPO/.venv/bin/workbench}
-  if [ ! -x "$WB" ]; then
-    say "no workbench at $WB: run scripts/setup.sh on this host first; part A not run"
-    exit 1
+
+# part NAME LIMIT_S CMD...: a helper that writes its own record; a crash or a timeout
+# before it did is recorded here as a failure.
+part() {
+  local name=$1 limit=$2 t0=$SECONDS rc; shift 2
+  echo "[gpu_check] $name ..."
+  timeout --kill-after=10 "$limit" "$@" > "$OUT/logs/$name.log" 2>&1
+  rc=$?
+  if [ ! -f "$OUT/parts/$name.json" ]; then
+    local why="exit $rc"; [ "$rc" -eq 124 ] && why="timed out after $limit s"
+    mark "$name" failed $((SECONDS - t0)) "$why before writing its record: $(tail -n 1 "$OUT/logs/$name.log")"
   fi
-  if "$PY" -c 'import vllm' 2>/dev/null; then export WORKBENCH_ENGINE_PYTHON=${WORKBENCH_ENGINE_PYTHON:-$(command -v "$PY")}; fi
-  t0=$(date +%s)
-  "$WB" evaluate --config "${CONFIG:-configs/gpu.yaml}" --candidate int4 --runs-dir "$OUT/runs" > "$OUT/main_job.log" 2>&1
-  rc=$?
-  say "main job: exit $rc ($(( $(date +%s) - t0 )) s; 0 promote, 1 reject/inconclusive, 2 input, 3 infrastructure)"
-  cp "$OUT"/runs/*/decision.md "$OUT/decision.md" 2>/dev/null
-  [ "$rc" -le 1 ] || status=1
-  t0=$(date +%s)
-  "$REPO/.venv/bin/python" benchmarks/load_sweep.py --config "${CONFIG:-configs/gpu.yaml}" \
-    --candidates int4,fp8,kv-fp8 --out "$OUT/sweep" > "$OUT/load_sweep.md" 2> "$OUT/load_sweep.log"
-  rc=$?
-  say "load sweep: exit $rc ($(( $(date +%s) - t0 )) s), tables in load_sweep.md"
-  [ "$rc" -eq 0 ] || status=1
+  echo "[gpu_check] $name: $(status_of "$name") ($((SECONDS - t0)) s)"
+}
+
+# ran NAME T0 RC DETAIL: a part the shell runs itself, recorded from its exit code
+ran() { local st=failed; [ "$3" -eq 0 ] && st=ran; mark "$1" "$st" $((SECONDS - $2)) "exit $3; $4"; }
+
+part environment 300 "$PY" scripts/gpu_wheels.py install .gpu/wheels "$SITE" "$OUT"
+export PYTHONPATH=$SITE${PYTHONPATH:+:$PYTHONPATH}
+part probe 180 "$PY" scripts/gpu_probe.py "$OUT" "$MODE"
+
+if [ "$MODE" = gpu ] && ! "$PY" -c 'import sys, torch; sys.exit(not torch.cuda.is_available())' 2>/dev/null; then
+  mark quantise skipped 0 "no CUDA device answers torch (the --dry-run runs this part on the CPU)"
+elif [ "$(status_of environment)" != ran ]; then
+  mark quantise skipped 0 "llm-compressor is not importable (the environment part failed)"
 else
-  say "no vLLM: part B, every candidate quantised on this device and checked through transformers"
-  if ! "$PY" -c 'import llmcompressor, pydantic' 2>/dev/null && [ -d .gpu/wheels ]; then
-    # into the interpreter's own environment when it can be written, so that the
-    # workbench reads the library versions from it; else beside it
-    if ! "$PY" -m pip install -q --no-index --no-deps --no-compile .gpu/wheels/*.whl 2> "$OUT/pip.log"; then
-      "$PY" -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .gpu/wheels/*.whl >> "$OUT/pip.log" 2>&1
-      export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-    fi
-  fi
-  if ! "$PY" -c 'import llmcompressor, pydantic' 2>> "$OUT/pip.log"; then
-    say "llm-compressor is not importable by $PY (run 'bash scripts/gpu_check.sh prepare' here and carry .gpu): part B not run"
-    exit 1
-  fi
-  export WORKBENCH_QUANT_PYTHON=${WORKBENCH_QUANT_PYTHON:-$(command -v "$PY")}
-  export WORKBENCH_CACHE=${WORKBENCH_CACHE:-/tmp/wb-gpu-cache}
-  t0=$(date +%s)
-  PYTHONUNBUFFERED=1 "$PY" scripts/gpu_engine_free.py --config "${CONFIG:-configs/gpu.yaml}" \
-    --out "$OUT" ${MODEL_DIR:+--model "$MODEL_DIR"} ${CANDIDATES:+--candidates "$CANDIDATES"} \
-    2>&1 | tee "$OUT/engine_free.log" | grep '^\[gpu_engine_free\]'
-  rc=${PIPESTATUS[0]}
-  say "quantise + engine-free fidelity: exit $rc ($(( $(date +%s) - t0 )) s), figures in engine_free.json"
-  [ "$rc" -eq 0 ] || status=1
+  part quantise $((QUANT_BUDGET_S + 120)) "$PY" scripts/gpu_quantize.py "$OUT" "$MODE" \
+    "$TOKENIZER" "$WORK" "$QUANT_BUDGET_S"
+fi
+part kernels 120 "$PY" scripts/gpu_kernels.py "$OUT" "$MODE"
+
+if [ "$MODE" = dry-run ]; then
+  mark main-job skipped 0 "dry run: vLLM's main job on the CPU is the integration tests' part"
+elif "$PY" -c 'import vllm' 2>/dev/null && [ -x .venv/bin/workbench ]; then
+  t0=$SECONDS
+  .venv/bin/workbench evaluate --config configs/gpu.yaml --candidate int4 \
+    --runs-dir "$OUT/runs" > "$OUT/logs/main-job.log" 2>&1
+  rc=$?; [ "$rc" -eq 1 ] && rc=0   # 1: reject or inconclusive, a verdict all the same
+  ran main-job "$t0" "$rc" "workbench evaluate --candidate int4; decision in runs/"
+else
+  mark main-job skipped 0 "vLLM is not importable by $PY (or no .venv/bin/workbench)"
 fi
 
-gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)
-if [ "${gpus:-0}" -ge 2 ] || [ "$PART" = C ]; then
-  say "$gpus GPUs answer: part C, tensor parallel 2"
-  if [ "$PART" = A ] || { [ "$PART" = auto ] && have_vllm; }; then
-    tp_config="$OUT/gpu-tp2.yaml"
-    "$REPO/.venv/bin/python" - "${CONFIG:-configs/gpu.yaml}" "$tp_config" "$((gpus + 1))" <<'PY'
-import sys, yaml
-from pathlib import Path
-src, dst, too_many = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
-cfg = yaml.safe_load(src.read_text())
-for key in ("gates",):  # paths stay relative to the original config's folder
-    cfg[key] = str((src.parent / cfg[key]).resolve())
-cfg["calibration"]["files"] = [str((src.parent / f).resolve()) if (src.parent / f).exists()
-                               else f for f in cfg["calibration"]["files"]]
-cfg.setdefault("engine", {})["tensor_parallel_size"] = 2
-dst.write_text(yaml.safe_dump(cfg))
-cfg["engine"]["tensor_parallel_size"] = too_many
-dst.with_name("gpu-too-many.yaml").write_text(yaml.safe_dump(cfg))
-PY
-    "$WB" validate --config "$OUT/gpu-too-many.yaml" --candidate int4 > "$OUT/validate_too_many.log" 2>&1
-    rc=$?
-    say "validate with tensor_parallel_size $((gpus + 1)) on $gpus GPUs: exit $rc (2 expected): $(tail -n 1 "$OUT/validate_too_many.log")"
-    [ "$rc" -eq 2 ] || status=1
-    t0=$(date +%s)
-    "$WB" evaluate --config "$tp_config" --candidate int4 --runs-dir "$OUT/runs-tp2" > "$OUT/main_job_tp2.log" 2>&1
-    rc=$?
-    say "main job with tensor parallel 2: exit $rc ($(( $(date +%s) - t0 )) s)"
-    cp "$OUT"/runs-tp2/*/decision.md "$OUT/decision-tp2.md" 2>/dev/null
-    [ "$rc" -le 1 ] || status=1
-  else
-    t0=$(date +%s)
-    "$PY" -m torch.distributed.run --nproc-per-node 2 scripts/gpu_tp_check.py --out "$OUT" \
-      ${MODEL_DIR:+--model "$MODEL_DIR"} > "$OUT/tp2.log" 2>&1
-    rc=$?
-    say "tensor parallel 2 through transformers: exit $rc ($(( $(date +%s) - t0 )) s), figures in tp2.json"
-    [ "$rc" -eq 0 ] || status=1
-  fi
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
+if [ "${gpus:-0}" -ge 2 ]; then
+  t0=$SECONDS
+  timeout 300 "$PY" -m torch.distributed.run --nproc-per-node 2 scripts/gpu_tp_check.py \
+    --out "$OUT" > "$OUT/logs/tp2.log" 2>&1
+  ran tp2 "$t0" $? "figures in tp2.json"
 else
-  say "part C (tensor parallel 2) not run: ${gpus:-0} GPU(s) answer nvidia-smi -L"
+  mark tp2 skipped 0 "${gpus:-0} GPU(s) answer nvidia-smi -L; tensor parallel 2 needs two"
 fi
-say "done in $(( $(date +%s) - started )) s, status $status"
-exit $status
+
+echo "[gpu_check] done in $((SECONDS - STARTED)) s; $OUT/summary.txt:"
+"$PY" scripts/gpu_summary.py write "$OUT" "$MODE"

@@ -5,11 +5,11 @@ fidelity figures: KL, top-1 agreement, perplexity), and the time of each.
 
     torchrun --nproc-per-node 2 scripts/gpu_tp_check.py --out DIR [--model DIR]
 
-Run by scripts/gpu_check.sh (part C). Without --model, the default model's shapes with
-seeded random weights, its heads made divisible by two (random_divisible_model). A
-sharded model that computes the same function gives KL ~0 and top-1 agreement ~1 (bf16
-reductions in another order move the last digits, and a random model's near-flat
-distributions turn those into a few top-1 flips).
+Run by scripts/gpu_check.sh (part `tp2`, where two GPUs answer). Without --model, the
+default model's shapes with seeded random weights, its heads made divisible by two
+(random_divisible_model). A sharded model that computes the same function gives KL ~0
+and top-1 agreement ~1 (bf16 reductions in another order move the last digits, and a
+random model's near-flat distributions turn those into a few top-1 flips).
 """
 
 from __future__ import annotations
@@ -20,11 +20,12 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "scripts"))
 
-from gpu_engine_free import fidelity, passage_logprobs  # noqa: E402
+from gpu_fidelity import fidelity, passage_logprobs  # noqa: E402
 
 
 def log(text: str) -> None:
@@ -55,7 +56,7 @@ def random_divisible_model(shape_dir: Path, out: Path, world: int) -> Path:
     return out
 
 
-def sharded(model_dir: Path):
+def sharded(model_dir: Path) -> Any:
     """The model split over every rank's GPU by transformers' tensor-parallel plan."""
     import torch
     from transformers import AutoModelForCausalLM
@@ -108,8 +109,8 @@ def main() -> int:
         torch.cuda.empty_cache()
     if rank == 0:
         one_device = "cuda:0" if torch.cuda.is_available() else "cpu"
-        single = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16
-                                                      ).to(one_device).eval()
+        single: Any = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16)
+        single = single.to(one_device).eval()
         started = time.perf_counter()
         ref = [(lp.cpu(), t.cpu())
                for lp, t in passage_logprobs(single, tok, texts, one_device, 256)]
