@@ -32,7 +32,8 @@ LATENCY_METRICS = {
 }
 # Headroom figures a memory gate may name (headroom.Headroom fields).
 MEMORY_METRICS = ("kv_cache_tokens", "max_concurrent_sequences", "weights_bytes",
-                  "peak_engine_rss_bytes", "peak_gpu_memory_bytes")
+                  "peak_engine_rss_bytes", "peak_gpu_memory_bytes", "weights_loaded_bytes",
+                  "device_memory_free_bytes", "device_margin")
 
 
 def split_confidence(confidence: float, looks: int) -> float:

@@ -130,8 +130,11 @@ def _headroom_table(room: dict) -> list[str]:
     lines = ["", "## Memory headroom", "", "| | baseline | candidate |", "|---|---|---|"]
     for label, key, fmt in _HEADROOM_ROWS:
         b, c = base.get(key), cand.get(key)
+        if b is None and c is None and key in _DEVICE_ROWS:
+            continue  # a GPU's figures: a CPU record reads as before
         if key == "kv_cache_blocks":
-            b, c = (f"{x} × {r.get('block_size')}" for x, r in ((b, base), (c, cand)))
+            b, c = (None if x is None else f"{x} × {r.get('block_size')}"
+                    for x, r in ((b, base), (c, cand)))
         lines.append(f"| {label} | {fmt(b) if b is not None else '–'} | "
                      f"{fmt(c) if c is not None else '–'} |")
     return lines
@@ -144,13 +147,29 @@ def _kernel_lines(kernels: dict) -> list[str]:
     return [f"Kernels the engine chose (its log): {'; '.join(shown)}.", ""] if shown else []
 
 
+def device_text(device: dict) -> str:
+    """`cuda (1 x NVIDIA H200, compute capability 9.0, MIG 3g.71gb; driver 580.95, CUDA
+    13.0)`, or `cpu (the CPU's model)`."""
+    gpus = (device.get("gpus") or {}).get("gpus") or []
+    if not gpus:
+        return f"{device['kind']} ({device.get('cpu')})"
+    kinds = sorted({f"{g['name']}, compute capability {g['compute_capability']}"
+                    + (f", MIG {g['mig_profile']}" if g.get("mig_profile") else "")
+                    for g in gpus})
+    host = device["gpus"]
+    return (f"{device['kind']} ({len(gpus)} x {'; '.join(kinds)}; driver "
+            f"{host.get('driver_version', '?')}, CUDA {host.get('cuda_driver_version', '?')})")
+
+
 def render_markdown(rec: DecisionRecord) -> str:
     lines = [
         f"# Decision: **{rec.decision.upper()}** — candidate `{rec.candidate}`",
         "",
-        f"Model `{rec.model.get('name')}` ({rec.model.get('path')}), device {rec.device['kind']} "
-        f"({rec.device.get('cpu')}), engine vLLM {rec.engine.get('version', '?')}. "
+        f"Model `{rec.model.get('name')}` ({rec.model.get('path')}), device "
+        f"{device_text(dict(rec.device))}, engine vLLM {rec.engine.get('version', '?')}. "
         f"Created {rec.created_at}. Exit code {rec.exit_code}.",
+        f"Suites at {rec.device.get('suite_in_flight', 8)} requests in flight; "
+        f"batch-invariant kernels: {rec.device.get('batch_invariant', 'off')}.",
         "",
         *_kernel_lines(rec.engine.get("kernels", {})),
         *[line for kind, text in headlines(rec.policy, rec.gates)
@@ -273,15 +292,26 @@ def write_record(run_dir: Path, rec: DecisionRecord) -> tuple[Path, Path]:
     return json_path, md_path
 
 
+def _mib(v: int) -> str:
+    return f"{v / 2**20:,.0f} MiB"
+
+
 _HEADROOM_ROWS: list[tuple[str, str, Callable[[Any], str]]] = [
-    ("weights", "weights_bytes", lambda v: f"{v / 2**20:.0f} MiB"),
+    ("weights", "weights_bytes", _mib),
+    ("weights as the engine loaded them (its log)", "weights_loaded_bytes", _mib),
     ("KV cache dtype", "kv_cache_dtype", str),
     ("KV cache capacity", "kv_cache_tokens", lambda v: f"{v:,} tokens"),
     ("KV cache blocks × block size", "kv_cache_blocks", str),
     ("sequences of the workload's length that fit", "max_concurrent_sequences", str),
     ("peak KV cache usage", "peak_kv_cache_usage", lambda v: f"{100 * v:.1f}%"),
-    ("peak engine memory (RSS, process group)", "peak_engine_rss_bytes",
-     lambda v: f"{v / 2**20:.0f} MiB"),
-    ("peak GPU memory (NVML)", "peak_gpu_memory_bytes", lambda v: f"{v / 2**20:.0f} MiB"),
+    ("KV cache pool", "kv_cache_memory_bytes", _mib),
+    ("peak engine memory (RSS, process group)", "peak_engine_rss_bytes", _mib),
+    ("peak GPU memory of the engine's processes (NVML)", "peak_gpu_memory_bytes", _mib),
+    ("device memory", "device_memory_total_bytes", _mib),
+    ("least device memory left free while serving", "device_memory_free_bytes", _mib),
+    ("device margin (free / total)", "device_margin", lambda v: f"{100 * v:.1f}%"),
     ("preemptions", "preemptions", str),
 ]
+# rows a CPU engine leaves empty on both sides, left out there
+_DEVICE_ROWS = {"weights_loaded_bytes", "kv_cache_memory_bytes", "device_memory_total_bytes",
+                "device_memory_free_bytes", "device_margin"}
