@@ -39,7 +39,7 @@ def quantize_planned(p: Plan, run_dir: Path, console: Console) -> QuantizeResult
         write_json(run_dir / "quantize.json", q.to_dict())
         return q
     q = _quantize_one(p.cfg, p.candidate_name, p.candidate, p.model_dir, p.model_digest,
-                      run_dir, console)
+                      run_dir, console, p.device)
     if p.candidate.recipe_file is not None and q.path:
         unsupported = serving_problem(p.cfg, p.candidate_name, p.device, Path(q.path))
         if unsupported:
@@ -48,7 +48,9 @@ def quantize_planned(p: Plan, run_dir: Path, console: Console) -> QuantizeResult
 
 
 def _quantize_one(cfg: RunConfig, name: str, cand: Candidate, model_dir: Path,
-                  model_digest: str, run_dir: Path, console: Console) -> QuantizeResult:
+                  model_digest: str, run_dir: Path, console: Console, device: str
+                  ) -> QuantizeResult:
+    """device: the engine's, where the quantiser must calibrate (quantize/checks.py)."""
     what = f"quantising {name} ({cand.recipe or cand.recipe_file or 'checkpoint'})"
 
     def progress(step: str) -> None:
@@ -58,7 +60,7 @@ def _quantize_one(cfg: RunConfig, name: str, cand: Candidate, model_dir: Path,
 
     with status(console, what) as shown:
         q = quantize(cfg, name, cand, model_dir, model_digest, run_dir / "quantize.log",
-                     on_progress=progress)
+                     on_progress=progress, device=device)
     console.print(f"[green]✓[/] quantise {name}: {_summary(q)}")
     write_json(run_dir / "quantize.json", q.to_dict())
     return q
@@ -87,15 +89,15 @@ def run_quantize(cfg: RunConfig, candidates: list[str], runs_root: Path,
     check_candidates(cfg, candidates, Outputs(runs_dir=runs_root), serving=False)
     model_dir = cfg.model.resolved_path(cfg.base_dir)
     run_dir = new_run_dir(runs_root, "quantize-" + "-".join(candidates)[:80])
-    digest = folder_digest(model_dir)
+    digest, device = folder_digest(model_dir), detect_device()
     results = []
     for name in candidates:
         sub = run_dir / name if len(candidates) > 1 else run_dir
         sub.mkdir(exist_ok=True)
         results.append(_quantize_one(cfg, name, cfg.candidate(name), model_dir, digest, sub,
-                                     console))
+                                     console, device))
     write_json(run_dir / "quantize-summary.json", [q.to_dict() for q in results])
     if len(results) == 1:
         console.print_json(json.dumps(results[0].manifest, default=str))
-    show_candidates(cfg, results, detect_device(), console)
+    show_candidates(cfg, results, device, console)
     return results

@@ -32,7 +32,7 @@ from workbench.mechanisms.errors import InfraError, InputError
 from workbench.mechanisms.paths import cache_root, offline_env, quant_python
 from workbench.mechanisms.processes import spawn, stop_group
 from workbench.quantize.calibration import calibration_samples, heldout_samples
-from workbench.quantize.checks import unsupported_here
+from workbench.quantize.checks import quantiser_device, unsupported_here
 from workbench.quantize.formats import (
     ServedFormat,
     format_of_candidate,
@@ -41,13 +41,17 @@ from workbench.quantize.formats import (
 )
 
 __all__ = [
-    "DATA_FREE_RECIPES", "QuantizeResult", "artifact_key", "calibration_samples",
-    "latest_progress", "needs_calibration", "quantize", "run_worker", "show_candidates",
+    "DATA_FREE_RECIPES", "EXIT_DEVICE_MISMATCH", "QuantizeResult", "artifact_key",
+    "calibration_samples", "latest_progress", "needs_calibration", "quantize", "run_worker",
+    "show_candidates",
 ]
 
 WORKER = Path(__file__).parent.parent / "subprocesses" / "quantize_worker.py"
 QUANT_LIBRARIES = ("llmcompressor", "compressed_tensors", "torch", "transformers")
 DATA_FREE_RECIPES = {"fp8-dynamic", "none"}
+# The workers' exit when their torch cannot use the engine's device (the refusal is their
+# last log line): the workbench's input error, exit 2, not a failed quantisation.
+EXIT_DEVICE_MISMATCH = 78
 
 
 @dataclass(frozen=True)
@@ -144,15 +148,18 @@ class PassCounter:
 
 
 def run_worker(job: dict, log_file: Path, on_progress: Callable[[str], None],
-               worker: Path = WORKER) -> None:
+               worker: Path = WORKER, expect_device: str | None = None) -> None:
     """A worker of subprocesses/ run in the quantiser environment, its progress relayed,
-    never left running; a failure is an InfraError quoting its log's last lines."""
+    never left running; a failure is an InfraError quoting its log's last lines, a torch
+    that cannot use `expect_device` (the engine's) an InputError naming both."""
     if not quant_python().exists():
         raise InfraError(f"quantiser environment not found at {quant_python()}; "
                          "run scripts/setup.sh")
     job_file = Path(job["result_file"]).with_name("job.json")
     job_file.write_text(json.dumps(job, indent=2))
-    proc = spawn([str(quant_python()), str(worker), str(job_file)], log_file, offline_env())
+    device_args = ["--expect-device", expect_device] if expect_device else []
+    proc = spawn([str(quant_python()), str(worker), str(job_file), *device_args], log_file,
+                 offline_env())
     numbered = PassCounter()
     try:
         while proc.poll() is None:
@@ -161,8 +168,11 @@ def run_worker(job: dict, log_file: Path, on_progress: Callable[[str], None],
     finally:
         if proc.poll() is None:  # interrupted: never leave the quantiser running
             stop_group(proc, grace_s=2)
+    lines = log_file.read_text(errors="replace").strip().splitlines()
+    if proc.returncode == EXIT_DEVICE_MISMATCH and lines:
+        raise InputError(f"{lines[-1]} (log: {log_file})")
     if proc.returncode != 0:
-        tail = " | ".join(log_file.read_text(errors="replace").strip().splitlines()[-3:])
+        tail = " | ".join(lines[-3:])
         raise InfraError(f"quantisation failed (exit {proc.returncode}; log: {log_file}): "
                          f"{tail[:400]}")
 
@@ -191,10 +201,15 @@ def _passthrough(cfg: RunConfig, name: str, cand: Candidate, model_dir: Path) ->
 
 
 def _baseline_perplexity_file(model_digest: str, heldout: list[str], seq_len: int,
-                              versions: dict[str, str]) -> Path:
-    """The baseline's held-out perplexity is the same for every candidate: computed once."""
-    key = sha256_json({"model": model_digest, "heldout": heldout, "seq_len": seq_len,
-                       "versions": versions})
+                              versions: dict[str, str], device: str = "cpu") -> Path:
+    """The baseline's held-out perplexity is the same for every candidate: computed once
+    per device it is computed on (the calibration device; the candidate's is measured
+    there too, and a GPU's bf16 kernels do not give the CPU's figure)."""
+    identity: dict[str, Any] = {"model": model_digest, "heldout": heldout, "seq_len": seq_len,
+                                "versions": versions}
+    if device != "cpu":  # the CPU's keys as they were: no rebuild of figures already cached
+        identity["device"] = device
+    key = sha256_json(identity)
     return cache_root() / "fidelity" / f"baseline-{key[:24]}.json"
 
 
@@ -230,6 +245,7 @@ def _fidelity(facts: dict, baseline_file: Path, heldout: list[str], seq_len: int
             "perplexity_ratio": round(cand["perplexity"] / base["perplexity"], 4),
             "baseline_cached": cached, "seconds": cand["seconds"] + (0 if cached else
                                                                       base["seconds"]),
+            "device": cand.get("device", "cpu"),  # both figures' (the baseline's key says so)
             "method": "transformers forward of the quantised model in llm-compressor's "
                       "simulated (fake-quantised) form, before saving"}
 
@@ -281,10 +297,11 @@ def _cached_manifest(final: Path, log_file: Path, on_progress: Callable[[str], N
 
 
 def quantize(cfg: RunConfig, name: str, cand: Candidate, model_dir: Path, model_digest: str,
-             log_file: Path, on_progress: Callable[[str], None] = lambda _s: None
-             ) -> QuantizeResult:
+             log_file: Path, on_progress: Callable[[str], None] = lambda _s: None,
+             device: str | None = None) -> QuantizeResult:
     """Return the candidate's checkpoint (cand: the config's entry `name`, resolved by
-    the caller's checks), building it only on a cache miss."""
+    the caller's checks), building it only on a cache miss. `device`: the engine's; the
+    quantiser must calibrate there (None: wherever the quantiser's torch can)."""
     if cand.checkpoint is not None or cand.recipe == "none":
         return _passthrough(cfg, name, cand, model_dir)
     build = _identify(cfg, cand, model_digest)
@@ -292,21 +309,22 @@ def quantize(cfg: RunConfig, name: str, cand: Candidate, model_dir: Path, model_
     manifest = _cached_manifest(final, log_file, on_progress)
     source = "cache"
     if manifest is None:
-        manifest = _build_artifact(cfg, name, build, model_dir, model_digest, final,
-                                   log_file, on_progress)
+        manifest = _build_artifact(cfg, name, build, (model_dir, model_digest), final,
+                                   log_file, on_progress, device or quantiser_device())
         source = "built"
     return QuantizeResult(name, str(final), source == "cache", build.key, manifest, source,
                           serve_args_for(final, cand.serve_args()))
 
 
-def _build_artifact(cfg: RunConfig, name: str, build: _Build, model_dir: Path,
-                    model_digest: str, final: Path, log_file: Path,
-                    on_progress: Callable[[str], None]) -> dict:
+def _build_artifact(cfg: RunConfig, name: str, build: _Build, model: tuple[Path, str],
+                    final: Path, log_file: Path, on_progress: Callable[[str], None],
+                    device: str) -> dict:
     """Run the quantiser into a scratch folder beside the final one and rename it at the
     end, so an interrupted run never leaves a folder that looks complete."""
+    model_dir, model_digest = model
     heldout = heldout_samples(cfg.calibration, cfg.resolve)
     base_ppl = _baseline_perplexity_file(model_digest, heldout, cfg.calibration.seq_len,
-                                         build.versions)
+                                         build.versions, device)
     staging = cache_entry.staging_for(final)
     staging.mkdir(parents=True)
     work = staging / "_job"
@@ -323,7 +341,7 @@ def _build_artifact(cfg: RunConfig, name: str, build: _Build, model_dir: Path,
         "result_file": str(work / "result.json"),
     }
     try:
-        run_worker(job, log_file, on_progress)
+        run_worker(job, log_file, on_progress, expect_device=device)
         facts = json.loads((work / "result.json").read_text())
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)

@@ -24,9 +24,10 @@ from workbench.mechanisms.files import write_json
 from workbench.mechanisms.paths import cache_root
 from workbench.quantize.build import quant_library_versions, run_worker
 from workbench.quantize.calibration import heldout_samples
+from workbench.quantize.checks import quantiser_device
 
 __all__ = ["BlockScore", "Sensitivity", "keep_blocks_ignore", "measure_sensitivity",
-           "sensitivity_problems"]
+           "sensitivity_key", "sensitivity_problems"]
 
 WORKER = Path(__file__).parent.parent / "subprocesses" / "sensitivity_worker.py"
 BITS = {"w4a16": 4, "w8a16": 8}
@@ -110,20 +111,34 @@ def _cached(file: Path) -> Sensitivity | None:
         return None
 
 
+def sensitivity_key(model_digest: str, scheme: tuple[int, int], texts: list[str],
+                    seq_len: int, device: str) -> str:
+    """The cache key of a measurement: model, scheme (bits, group size), passages,
+    libraries, the worker's code, and the device it ran on when that is not the CPU (a
+    GPU's bf16 forward gives other KL figures; the CPU's keys stay as they were)."""
+    identity = {"model": model_digest, "bits": scheme[0], "group_size": scheme[1],
+                "texts": texts, "seq_len": seq_len, "versions": quant_library_versions(),
+                "worker": sha256_json(WORKER.read_text())}
+    if device != "cpu":
+        identity["device"] = device
+    return sha256_json(identity)
+
+
 def measure_sensitivity(cfg: RunConfig, name: str, cand: Candidate, model_dir: Path,
                         model_digest: str, out_dir: Path,
-                        on_progress: Callable[[str], None] = lambda _s: None) -> Sensitivity:
+                        on_progress: Callable[[str], None] = lambda _s: None,
+                        device: str | None = None) -> Sensitivity:
     """Every block's sensitivity to the candidate's scheme, from the cache when the same
-    model, scheme, passages, libraries and worker were measured before."""
+    model, scheme, passages, libraries, worker and device were measured before. `device`:
+    the engine's, where the quantiser runs (None: wherever the quantiser's torch can)."""
     bits, group_size = _scheme(name, cand)
     texts = heldout_samples(cfg.calibration, cfg.resolve)
     if not texts:
         raise InputError(f"{cfg.source}: calibration.heldout_samples: 0 leaves no held-out "
                          "text to measure layer sensitivity on")
-    key = sha256_json({"model": model_digest, "bits": bits, "group_size": group_size,
-                       "texts": texts, "seq_len": cfg.calibration.seq_len,
-                       "versions": quant_library_versions(),
-                       "worker": sha256_json(WORKER.read_text())})
+    device = device or quantiser_device()
+    key = sensitivity_key(model_digest, (bits, group_size), texts, cfg.calibration.seq_len,
+                          device)
     cache_file = cache_root() / "sensitivity" / f"{key[:24]}.json"
     cached = _cached(cache_file)
     if cached is not None:
@@ -133,7 +148,8 @@ def measure_sensitivity(cfg: RunConfig, name: str, cand: Candidate, model_dir: P
     job = {"model_dir": str(model_dir), "heldout_file": str(out_dir / "heldout.json"),
            "seq_len": cfg.calibration.seq_len, "bits": bits, "group_size": group_size,
            "result_file": str(out_dir / "worker-result.json")}
-    run_worker(job, out_dir / "sensitivity.log", on_progress, worker=WORKER)
+    run_worker(job, out_dir / "sensitivity.log", on_progress, worker=WORKER,
+               expect_device=device)
     try:
         facts = json.loads((out_dir / "worker-result.json").read_text())
     except (OSError, ValueError) as err:

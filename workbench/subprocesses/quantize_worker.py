@@ -1,14 +1,17 @@
 """Quantise one model with llm-compressor. Runs in the quantiser environment.
 
-Invoked by the workbench as ``<quant-env>/bin/python worker.py JOB.json``; imports nothing
-from the workbench (that environment does not have it). Reads the job, writes a
-compressed-tensors checkpoint into job["out_dir"] and its facts into job["result_file"]:
-wall time, peak memory, the scheme of every quantised layer, and the held-out perplexity
-of the model before and after quantisation.
+Invoked by the workbench as ``<quant-env>/bin/python worker.py JOB.json [--expect-device
+cuda|cpu]``; imports nothing from the workbench (that environment does not have it). Reads
+the job, writes a compressed-tensors checkpoint into job["out_dir"] and its facts into
+job["result_file"]: wall time, peak memory, the device calibration ran on, the scheme of
+every quantised layer, and the held-out perplexity of the model before and after
+quantisation, both on that device.
 """
 
+import argparse
 import json
 import math
+import os
 import resource
 import shutil
 import sys
@@ -16,7 +19,11 @@ import time
 from collections import Counter
 from importlib.metadata import version
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
+
+# sysexits' EX_CONFIG: this environment cannot quantise for the engine's device. The
+# workbench turns it into its input error, exit 2 (quantize/build.py, EXIT_DEVICE_MISMATCH).
+EXIT_DEVICE_MISMATCH = 78
 
 KV_FP8 = {"num_bits": 8, "type": "float", "strategy": "tensor", "dynamic": False,
           "symmetric": True}
@@ -64,8 +71,90 @@ def calibration_dataset(job: dict, tokenizer: Any) -> Any:
     )
 
 
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description="quantise one model with llm-compressor")
+    parser.add_argument("job", help="the job file the workbench wrote")
+    parser.add_argument("--expect-device", choices=("cuda", "cpu"), default=None,
+                        help="the device the engine serves on: the quantiser must use it")
+    return parser.parse_args(argv)
+
+
+def pin_to_cpu(expect: str | None) -> None:
+    """An engine on the CPU: calibrate there too, so the baseline perplexity's cache key
+    (which names the expected device) says where it was measured. Before CUDA is first
+    initialised, which reads this variable."""
+    if expect == "cpu":
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""
+
+
+def device_refusal(expect: str | None) -> str | None:
+    """Why this environment cannot quantise for an engine on `expect`, or None. Asked of
+    torch alone, before llm-compressor is imported or the model loaded: without it
+    llm-compressor logs "No accelerator available! Compressing model on CPU instead"
+    (llmcompressor/utils/dev.py, get_main_device) and takes hours on an 8B model."""
+    import torch
+
+    if expect != "cuda" or torch.cuda.is_available():
+        return None
+    hidden = os.environ.get("CUDA_VISIBLE_DEVICES")
+    return (f"the engine serves on cuda but the quantiser's torch {torch.__version__} sees no "
+            "CUDA device" + (f" (CUDA_VISIBLE_DEVICES={hidden!r})" if hidden is not None
+                             else "") + f"; its python: {sys.executable}")
+
+
+def calibration_device(expect: str | None) -> Any:
+    """The device llm-compressor's pipelines will run the model on: its own choice
+    (get_main_device, which the sequential and data-free pipelines onload to), checked
+    against the engine's."""
+    from llmcompressor.utils.dev import get_main_device
+
+    device = get_main_device()
+    if expect is not None and device.type != expect:
+        refuse(f"the engine serves on {expect} but llm-compressor would calibrate on "
+               f"{device.type}")
+    return device
+
+
+def refuse(line: str) -> NoReturn:
+    print(line, file=sys.stderr, flush=True)
+    raise SystemExit(EXIT_DEVICE_MISMATCH)
+
+
+def place(model: Any, device: Any) -> None:
+    """Run the baseline where oneshot will run the candidate: onloaded to the accelerator
+    module by module, as llm-compressor's pipelines do (compressed_tensors.offload's
+    set_onload_device; a model so placed before oneshot is what llm-compressor's own
+    load_context gives it). On the CPU nothing is moved, as before."""
+    if device.type != "cpu":
+        from compressed_tensors.offload import set_onload_device
+
+        set_onload_device(model, device)
+
+
+def execution_device(model: Any) -> Any:
+    """Where the model's forward runs: the onload device of a model llm-compressor has
+    offloaded (it stays so after oneshot), else where its weights are."""
+    from compressed_tensors.offload import get_execution_device
+
+    return get_execution_device(model)
+
+
+def accelerator_facts(device: Any) -> dict | None:
+    """Which GPU calibration ran on (None on the CPU)."""
+    import torch
+
+    if device.type != "cuda":
+        return None
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    major, minor = torch.cuda.get_device_capability(index)
+    return {"name": torch.cuda.get_device_name(index), "capability": f"{major}.{minor}",
+            "index": index, "device_count": torch.cuda.device_count(),
+            "cuda": torch.version.cuda}
+
+
 def heldout_perplexity(model: Any, tokenizer: Any, texts: list[str], seq_len: int) -> dict:
-    """Token-weighted perplexity over the held-out passages, batched, on the model's device.
+    """Token-weighted perplexity over the held-out passages, batched, on the device the
+    model executes on (the calibration device, for the baseline and the candidate alike).
 
     Written here rather than taken from lm-eval: lm-eval's perplexity tasks need a dataset
     from the hub and a model it loads itself, and this must run on the in-memory model that
@@ -75,7 +164,7 @@ def heldout_perplexity(model: Any, tokenizer: Any, texts: list[str], seq_len: in
 
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
-    device = next(model.parameters()).device
+    device = execution_device(model)
     nll, tokens = 0.0, 0
     started = time.perf_counter()
     with torch.inference_mode():
@@ -90,7 +179,7 @@ def heldout_perplexity(model: Any, tokenizer: Any, texts: list[str], seq_len: in
                 reduction="sum").item()
             tokens += int((labels != -100).sum())
     return {"perplexity": round(math.exp(nll / tokens), 4), "tokens": tokens,
-            "seconds": round(time.perf_counter() - started, 2)}
+            "seconds": round(time.perf_counter() - started, 2), "device": device.type}
 
 
 def scheme_summary(model: Any) -> dict:
@@ -150,15 +239,33 @@ def phase(text: str) -> None:
     print(f"[workbench] {text}", flush=True)
 
 
-def main() -> None:
-    job = json.loads(Path(sys.argv[1]).read_text())
+def device_facts(ran_on: Any) -> dict:
+    """Where calibration ran, read from the model llm-compressor calibrated (not from
+    whether CUDA answers), and what it held of the GPU."""
+    import torch
+
+    cuda = ran_on.type == "cuda"
+    return {"device": ran_on.type, "accelerator": accelerator_facts(ran_on),
+            "peak_gpu_mb": round(torch.cuda.max_memory_allocated() / 2**20, 1) if cuda
+            else None}
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    pin_to_cpu(args.expect_device)
+    problem = device_refusal(args.expect_device)
+    if problem:
+        refuse(problem)
+    job = json.loads(Path(args.job).read_text())
     import torch
     from llmcompressor import oneshot
 
     torch.manual_seed(job["seed"])
     started = time.perf_counter()
-    phase("loading the model")
+    device = calibration_device(args.expect_device)
+    phase(f"loading the model (calibration on {device})")
     model, tokenizer = _load(job)
+    place(model, device)
     heldout = _heldout(job)
     fidelity = {}
     if heldout and job.get("baseline_perplexity") is None:
@@ -173,6 +280,7 @@ def main() -> None:
     phase("calibrating" if job["needs_data"] else "quantising (data-free)")
     oneshot(model=model, recipe=build_recipe(job), **kwargs)
     oneshot_s = time.perf_counter() - quant_started
+    ran_on = execution_device(model)
     # Measured before saving: saving compresses the weights in place.
     if heldout:
         phase(f"held-out perplexity of the candidate ({len(heldout)} passages)")
@@ -185,10 +293,8 @@ def main() -> None:
     result = {
         "wall_time_s": round(time.perf_counter() - started, 2),
         "oneshot_s": round(oneshot_s, 2),
-        "device": "cuda" if torch.cuda.is_available() else "cpu",
+        **device_facts(ran_on),
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
-        "peak_gpu_mb": round(torch.cuda.max_memory_allocated() / 2**20, 1)
-        if torch.cuda.is_available() else None,
         "scheme_summary": summary,
         "heldout_perplexity": fidelity,
         "library_versions": {name: version(name) for name in

@@ -131,7 +131,8 @@ def _sensitivity(p: Plan, tune_dir: Path, console: Console) -> Sensitivity:
                   "alone rounded to its grid (cached by content)")
     sens = measure_sensitivity(p.cfg, p.candidate_name, p.candidate, p.model_dir,
                                p.model_digest, tune_dir / "sensitivity",
-                               lambda line: console.print(f"  {escape(line)}"))
+                               lambda line: console.print(f"  {escape(line)}"),
+                               device=p.device)
     top = ", ".join(str(b) for b in sens.ranked()[:5])
     console.print(f"[green]✓[/] {len(sens.blocks)} blocks, most sensitive first: {top} …"
                   + (" (cached)" if sens.cache_hit else f" ({sens.seconds:.0f} s)"))
