@@ -34,7 +34,8 @@ def score(cfg, model_dir: Path, args: list[str], suite, items, out: Path) -> tup
     started = time.perf_counter()
     with EngineServer(model_dir, "m", cfg.engine, out / "server.log", args) as server:
         run_suite(server.base_url, "m", suite, items, seed=cfg.seed,
-                  sink=out / f"items-{suite.name}.jsonl", timeout_s=cfg.engine.request_timeout_s)
+                  sink=out / f"items-{suite.name}.jsonl", timeout_s=cfg.engine.request_timeout_s,
+                  concurrency=server.info.device_facts["suite_in_flight"])
     return logprobs_file(out / f"items-{suite.name}.jsonl"), time.perf_counter() - started
 
 

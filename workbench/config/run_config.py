@@ -22,6 +22,7 @@ from workbench.config.load import (  # re-exported: the run config names them
     LoadProfile,
 )
 from workbench.mechanisms.errors import InputError
+from workbench.mechanisms.files import exists
 from workbench.mechanisms.hub import resolve_hub_model
 from workbench.mechanisms.paths import SHIPPED, default_model_dir
 from workbench.mechanisms.yaml_io import (
@@ -111,18 +112,16 @@ class Candidate(StrictModel):
     """A named candidate: a built-in recipe, an llm-compressor recipe file, or a ready
     checkpoint folder; plus how the engine serves it."""
 
-    recipe: Literal[
-        "w4a16", "w8a16", "w8a8-int8", "fp8-dynamic", "kv-fp8", "fp8-dynamic+kv-fp8", "none"
-    ] | None = None
+    recipe: Literal["w4a16", "w8a16", "w8a8-int8", "fp8-dynamic", "kv-fp8",
+                    "fp8-dynamic+kv-fp8", "none"] | None = None
     recipe_file: str | None = Field(
         default=None, description="An llm-compressor recipe YAML, passed through unchanged")
     checkpoint: str | None = Field(default=None, description="A ready quantised model folder")
     group_size: int | None = Field(
         default=None, gt=0, description=f"Weight group size (w4a16, w8a16; default "
                                         f"{DEFAULT_GROUP_SIZE})")
-    smoothing_strength: float | None = Field(
-        default=None, gt=0, lt=1, description="SmoothQuant migration strength (w8a8-int8; "
-                                              "default 0.8)")
+    smoothing_strength: float | None = Field(default=None, gt=0, lt=1, description=(
+        "SmoothQuant migration strength (w8a8-int8; default 0.8)"))
     ignore: list[str] = Field(default_factory=lambda: ["lm_head"])
     kv_cache_dtype: Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2"] = Field(
         default="auto", description="The engine's --kv-cache-dtype for this candidate")
@@ -189,21 +188,22 @@ class EngineConfig(StrictModel):
         default=None, description="How vLLM starts its workers: mp (processes on this host) "
                                   "or ray (a Ray cluster, multi-node); default: vLLM's choice")
     dtype: Literal["bfloat16", "float16", "float32", "auto"] = "bfloat16"
-    enforce_eager: bool = Field(
-        default=False, description="Skip torch.compile: faster start, slower decode"
-    )
+    enforce_eager: bool = Field(default=False, description="Skip torch.compile: faster "
+                                "start, slower decode")
     kv_cache_space_gib: int = Field(default=2, ge=1, description="KV cache size on CPU (GiB)")
     gpu_memory_utilization: float = Field(default=0.85, gt=0, le=1)
     startup_timeout_s: float = Field(default=900, gt=0)
     request_timeout_s: float = Field(default=300, gt=0)
     extra_args: list[str] = Field(default_factory=list)
+    batch_invariant: Literal["auto", "on", "off"] = Field(default="auto", description=(
+        "vLLM's batch-invariant kernels: auto (where vLLM has them: CUDA 8.0+), on, off"))
 
     def identity(self) -> dict[str, Any]:
         """What a measurement on this engine depends on, for cache keys: every field, less
-        the parallel ones while they are at their defaults (one device, vLLM's executor),
-        so measurements cached before they existed, on exactly that engine, stay valid."""
+        those added later while at their defaults, so older cached measurements stay valid."""
         defaults = {"tensor_parallel_size": 1, "pipeline_parallel_size": 1,
-                    "data_parallel_size": 1, "distributed_executor_backend": None}
+                    "data_parallel_size": 1, "distributed_executor_backend": None,
+                    "batch_invariant": "auto"}
         return {k: v for k, v in self.model_dump().items()
                 if k not in defaults or v != defaults[k]}
 
@@ -316,8 +316,7 @@ class RunConfig(StrictModel):
         w = self.load.selected
         longest = w.longest_request_tokens
         if not w.trace and longest > self.engine.max_model_len:
-            turns = (f", over {w.conversation.turns} conversation turns"
-                     if w.conversation else "")
+            turns = f", over {w.conversation.turns} conversation turns" if w.conversation else ""
             raise ValueError(
                 f"load.profiles.{self.load.profile}: its longest request ({longest} tokens: "
                 f"prompt_tokens up to {w.prompt_tokens.upper} + output_tokens up to "
@@ -382,8 +381,9 @@ class RunConfig(StrictModel):
             return p
         near = (self.base_dir / p).resolve()
         shipped = (SHIPPED / p).resolve()
-        # Not found anywhere: the path next to the config is the one an error should name.
-        return shipped if not near.exists() and shipped.exists() else near
+        # Not found anywhere: the path next to the config is the one an error should name
+        # (and the reader of that key says why, e.g. a name the filesystem refuses).
+        return shipped if not exists(near) and exists(shipped) else near
 
 
 def load_config(path: Path | str) -> RunConfig:

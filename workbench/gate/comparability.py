@@ -3,12 +3,13 @@ differently is stated for both sides and compared (docs/gates.md, "Only the cand
 differs").
 
 Checked: the chat template, the tokenizer and the generation defaults of the served
-folders (digests), the engine's version, every engine argument except the session's own
-(model folder, served name, port) and those the candidate sets (its serve args), and each
-suite's digest. Stated: the prefix cache when each session began. Sampling and seeds are
-one block for both sides (the record's `sampling`, part of the baseline's cache key), so
-they cannot differ. A difference the config did not ask for fails the `comparability`
-gate, naming it; a fact a side did not record fails it closed.
+folders (digests), the engine's version, the device (the GPU type on a GPU host), the
+suites' requests in flight and batch-invariant kernels, every engine argument except the
+session's own (model folder, served name, port) and those the candidate sets (its serve
+args), and each suite's digest. Stated: the prefix cache when each session began. Sampling
+and seeds are one block for both sides (the record's `sampling`, part of the baseline's
+cache key), so they cannot differ. A difference the config did not ask for fails the
+`comparability` gate, naming it; a fact a side did not record fails it closed.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from workbench.gate.evidence import GateId, GateOutcome
 from workbench.serve.engine import ServerInfo
 from workbench.suites.results import SuiteResult
 
-__all__ = ["ComparabilityCheck", "ComparabilitySection", "comparability", "shared_args"]
+__all__ = ["ComparabilityCheck", "ComparabilitySection", "comparability", "device_facts_of",
+           "shared_args"]
 
 # engine arguments that name the session, not the model's serving: they differ by design
 _SESSION_ARGS = ("--model", "--served-model-name", "--port")
@@ -100,6 +102,40 @@ def _cache_check(base: ServerInfo, cand: ServerInfo) -> ComparabilityCheck:
     return check
 
 
+def _device_checks(base: ServerInfo, cand: ServerInfo) -> list[ComparabilityCheck]:
+    """The device both sides ran on, the suites' batch, and batch-invariant kernels: a
+    baseline measured on another GPU type, or at another batch, answers differently for
+    reasons that are not the candidate's (serve/device.py)."""
+    b, c = device_facts_of(base), device_facts_of(cand)
+    checks = [_check(what, b[key], c[key]) for what, key in (
+        ("device", "device"), ("suite requests in flight", "suite_in_flight"),
+        ("batch-invariant kernels", "batch_invariant"))]
+    if base.endpoint or cand.endpoint:
+        for check in checks:
+            if check["what"] != "suite requests in flight":
+                check["same"] = True
+                check["note"] = ("an endpoint: its device and kernels are its own "
+                                 "(the config chose it)")
+    return checks
+
+
+def device_facts_of(info: ServerInfo) -> dict[str, str]:
+    """The device facts a side recorded as text; a measurement made before they were
+    recorded ran at the eight requests in flight the workbench always used then, without
+    batch-invariant kernels, on the device it names."""
+    facts = info.device_facts
+    gpus = (facts.get("gpus") or {}).get("gpus") or []
+    if gpus:
+        names = sorted({f"{g['name']} (compute capability {g['compute_capability']}"
+                        + (f", MIG {g['mig_profile']}" if g.get("mig_profile") else "") + ")"
+                        for g in gpus})
+        device = f"{len(gpus)} x {', '.join(names)}"
+    else:
+        device = "an endpoint (not visible here)" if info.endpoint else info.device
+    return {"device": device, "suite_in_flight": str(facts.get("suite_in_flight", 8)),
+            "batch_invariant": "on" if facts.get("batch_invariant") else "off"}
+
+
 def comparability(base: ServerInfo | None, cand: ServerInfo | None,
                   base_suites: dict[str, SuiteResult], cand_suites: dict[str, SuiteResult]
                   ) -> tuple[ComparabilitySection, GateOutcome]:
@@ -112,6 +148,7 @@ def comparability(base: ServerInfo | None, cand: ServerInfo | None,
     checks = _file_checks(base, cand)
     checks.append(_cache_check(base, cand))
     checks.append(_check("engine version", base.version, cand.version))
+    checks += _device_checks(base, cand)
     if base.endpoint or cand.endpoint:
         checks.append(_check("engine arguments", "", "", "an endpoint: its arguments are "
                              "its own (the config chose it)"))

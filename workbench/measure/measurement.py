@@ -37,6 +37,7 @@ from workbench.mechanisms.paths import cache_root
 from workbench.mechanisms.placement import apart
 from workbench.mechanisms.progress import counted, status
 from workbench.mechanisms.timing import span
+from workbench.serve.device import DeviceFacts, device_facts
 from workbench.serve.engine import (
     Endpoint,
     EngineServer,
@@ -46,7 +47,7 @@ from workbench.serve.engine import (
 )
 from workbench.suites.definition import Suite
 from workbench.suites.results import SCORING_VERSION, SuiteResult
-from workbench.suites.runner import IN_FLIGHT, run_suite
+from workbench.suites.runner import run_suite
 
 __all__ = ["MEASUREMENT_FILE", "SAMPLING", "Measurement", "baseline_key", "cached_measurement",
            "cached_pair", "load_pair", "measure", "pair_key", "store_pair"]
@@ -99,23 +100,38 @@ class Measurement:
 
 def baseline_key(cfg: RunConfig, model_digest: str, suites: list[Suite], device: str,
                  engine_version: str, requests: list[Request]) -> str:
+    facts = device_facts(device, cfg.engine)
     return sha256_json({
         "model": model_digest, "engine": cfg.engine.identity(), "device": device,
         "engine_version": engine_version, "profile": cfg.profile, "seed": cfg.seed,
         "suites": {s.name: s.digest for s in suites}, "sampling": SAMPLING,
-        "in_flight": IN_FLIGHT,
+        "in_flight": facts.suite_in_flight,
         "load": cfg.workload.model_dump(), "requests": [asdict(r) for r in requests],
         # 5: the server facts comparability reads; 6: on a CPU the load test runs with the
         # engine and its client on separate cores (placement.py), so an unplaced cached
         # baseline's latency is not comparable with a placed candidate's
         "scoring": SCORING_VERSION, "format": 6,
+        # a GPU host's type and whether the suites ran batch-invariant (serve/device.py);
+        # absent on a CPU, so the keys of CPU baselines measured before stay valid
+        **_device_key(facts),
     })
 
 
+def _device_key(facts: DeviceFacts) -> dict:
+    key: dict = {}
+    if facts.identity():
+        key["gpu"] = facts.identity()
+    if facts.batch_invariant:
+        key["batch_invariant"] = True
+    return key
+
+
 def _run_suites(cfg: RunConfig, srv: EngineServer | Endpoint, served: str, suites: list[Suite],
-                out_dir: Path, console: Console, tokenizer_dir: Path, role: str
+                out_dir: Path, console: Console, tokenizer_dir: Path, role: str, device: str
                 ) -> dict[str, SuiteResult]:
     results = {}
+    in_flight = device_facts(device, cfg.engine).suite_in_flight
+    srv.info.device_facts.setdefault("suite_in_flight", in_flight)  # an endpoint's too
     with counted(console) as progress:
         for suite, name, guided in ((s, n, g) for s in suites for n, g in s.spec.runs()):
             items = suite.sample(cfg.profile, cfg.seed)
@@ -128,7 +144,7 @@ def _run_suites(cfg: RunConfig, srv: EngineServer | Endpoint, served: str, suite
                         timeout_s=cfg.engine.request_timeout_s,
                         on_item=functools.partial(progress.advance, task),
                         name=name, guided=guided, tokenizer_dir=tokenizer_dir,
-                        headers=srv.headers,
+                        headers=srv.headers, concurrency=in_flight,
                     )
             except InfraError:
                 srv.check_alive()  # a dead engine is the better explanation, if so
@@ -181,7 +197,7 @@ def _server(cfg: RunConfig, role: str, model_dir: Path, served: str, extra_args:
         return Endpoint(ep.url, api_key_from(ep.api_key_env), ep.model,
                         out_dir / "server.log")
     return EngineServer(model_dir, served, cfg.engine, out_dir / "server.log", extra_args,
-                        device=device)
+                        device=device, facts=device_facts(device, cfg.engine))
 
 
 def _start(server: EngineServer | Endpoint, role: str, model_dir: Path, device: str,
@@ -223,7 +239,7 @@ def measure(cfg: RunConfig, role: str, model_dir: Path, served: str, extra_args:
             with PeakSampler(pgid, functools.partial(_kv_usage, server)) as peaks:
                 client.start()  # if not yet: it imports while the suites run
                 suite_results = _run_suites(cfg, server, server.info.served_name, suites,
-                                            out_dir, console, tokenizer_dir, role)
+                                            out_dir, console, tokenizer_dir, role, device)
                 with status(console, f"\\[{role}] load profile {cfg.load.profile!r}: warm-up, "
                                     f"levels {', '.join(f'{x:g}' for x in cfg.workload.levels)}"), \
                         span(f"{role}: load test", "load"), \
@@ -245,7 +261,8 @@ def measure(cfg: RunConfig, role: str, model_dir: Path, served: str, extra_args:
                         load.longest_request_tokens, peaks,
                         int(parse_scrape(final).counters.get("vllm:num_preemptions", 0)),
                         1 if attached else cfg.engine.data_parallel_size,
-                        cfg.endpoints.devices(role) if attached else cfg.engine.devices)
+                        cfg.endpoints.devices(role) if attached else cfg.engine.devices,
+                        server.info.memory_at_load)
     finally:
         client.stop()
         with span(f"{role}: engine stop", "engine_stop"):

@@ -32,6 +32,7 @@ from workbench.plan.checks import (
     tracking_problems,
 )
 from workbench.plan.context import context_problems
+from workbench.plan.device_checks import device_problems
 from workbench.quantize.checks import candidate_problems, serving_problem
 from workbench.serve.engine import detect_device, engine_version
 from workbench.suites.definition import Suite, find_suite_dir, load_suite
@@ -172,11 +173,26 @@ def config_problems(cfg: RunConfig, candidates: list[str], device: str, serving:
     problems.run(lambda: engine_args_problems(cfg, candidates))
     if serving:
         problems.run(lambda: parallelism_problems(cfg, device, cluster))
+    problems.run(lambda: device_problems(cfg, device, serving and _serves_here(cfg),
+                                         _builds_here(cfg, candidates)))
     if tracking:  # the commands that judge (evaluate, sweep, validate) ask the endpoints
         problems.run(lambda: endpoint_problems(cfg))
         problems.run(lambda: tracking_problems(cfg))
     problems.extend(check_outputs(outputs))
     return problems
+
+
+def _serves_here(cfg: RunConfig) -> bool:
+    """An engine starts on this host: a side is not an endpoint."""
+    return cfg.endpoints.baseline is None or cfg.endpoints.candidate is None
+
+
+def _builds_here(cfg: RunConfig, candidates: list[str]) -> bool:
+    """The quantiser may run here: a candidate is neither an endpoint, a ready checkpoint
+    nor the baseline's weights."""
+    return cfg.endpoints.candidate is None and any(
+        cfg.candidate(n).checkpoint is None and cfg.candidate(n).recipe != "none"
+        for n in candidates if n in cfg.candidates)
 
 
 def _serving_problems(cfg: RunConfig, name: str, device: str) -> list[str]:

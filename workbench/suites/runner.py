@@ -33,16 +33,7 @@ from workbench.suites.scorers.refusal import classify_response
 from workbench.suites.scorers.sandbox import run_python
 from workbench.suites.scorers.structured import score_json
 
-# Requests a suite keeps in flight, so the engine's batch: a condition of the measurement,
-# not only of its speed. vLLM-CPU's bf16 kernels are not batch-invariant: at 32 in flight
-# the default model's greedy answers to arithmetic-multilingual differ from those at 8 in
-# 170 of 600 texts, as much as a fresh engine session at 8 does (138 to 151), while within
-# one session a rerun at 8 repeats every answer (docs/benchmarks.md, "Batch size and
-# session drift"). Baseline and candidate are measured at the same value, and a cached
-# baseline is keyed by it (measure/measurement.py).
-IN_FLIGHT = 8
-
-__all__ = ["IN_FLIGHT", "logprobs_file", "run_suite"]
+__all__ = ["logprobs_file", "run_suite"]
 
 
 def logprobs_file(items_file: Path) -> Path:
@@ -276,7 +267,7 @@ def run_suite(
     *,
     seed: int,
     sink: Path,
-    concurrency: int = IN_FLIGHT,
+    concurrency: int,
     timeout_s: float = 300,
     on_item: Callable[[], None] = lambda: None,
     name: str | None = None,

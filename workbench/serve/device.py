@@ -1,0 +1,131 @@
+"""What the device an engine runs on means for a measurement, decided once from probes.
+
+A CPU and a GPU differ here only as data (docs/scale.md, "Where it runs"): which GPU it is
+(named in the record and in every cache key whose result it changes), how many suite
+requests to keep in flight (the engine's own batch, not two cores' eight), and whether the
+paired suites run on vLLM's batch-invariant kernels, which remove the drift between engine
+sessions that widens every paired interval on a CPU (docs/benchmarks.md, "Batch size and
+session drift").
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+
+from workbench.config.run_config import EngineConfig
+from workbench.mechanisms.gpu import GpuHost, lowest_capability, this_host
+
+__all__ = ["CPU_IN_FLIGHT", "DeviceFacts", "batch_invariant_reason", "default_max_num_seqs",
+           "device_facts", "gpu_identity", "suite_in_flight"]
+
+# Requests a suite keeps in flight on a CPU, so the engine's batch: a condition of the
+# measurement, not only of its speed. vLLM-CPU's bf16 kernels are not batch-invariant: at
+# 32 in flight the default model's greedy answers to arithmetic-multilingual differ from
+# those at 8 in 170 of 600 texts, as much as a fresh engine session at 8 does (138 to 151),
+# while within one session a rerun at 8 repeats every answer (docs/benchmarks.md, "Batch
+# size and session drift"). Baseline and candidate are measured at the same value, and a
+# cached baseline is keyed by it (measure/measurement.py).
+CPU_IN_FLIGHT = 8
+
+# vLLM 0.32's batch-invariant mode (vllm/model_executor/determinism/batch_invariant.py,
+# enable_batch_invariant_mode) covers CUDA's Ampere family with Triton matmuls and Hopper
+# and Blackwell through cuBLAS without split-k; docs/features/batch_invariance.md lists
+# compute capability 8.0 as the floor. Beta: vLLM #51187 reports logprob drift at ~44 in
+# flight, which is why the record states it rather than assuming exactness.
+BATCH_INVARIANT_MIN_CAPABILITY = (8, 0)
+
+GiB = 1024**3
+
+
+@dataclass(frozen=True)
+class DeviceFacts:
+    """The device as a measurement depends on it."""
+
+    kind: str  # cpu | cuda
+    gpus: dict | None  # GpuHost.to_dict() on a GPU host, else None
+    suite_in_flight: int
+    batch_invariant: bool
+    batch_invariant_why: str
+
+    def identity(self) -> dict:
+        """What cache keys take: nothing on a CPU (keys made before GPUs were told apart
+        stay valid there), the GPU type and software on a GPU host."""
+        return gpu_identity(self.gpus) if self.gpus else {}
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def gpu_identity(gpus: dict) -> dict:
+    """The GPU as a result depends on it: model, count, compute capability, MIG profile,
+    driver and CUDA; not serial numbers, so another H200 of the same setup reuses it."""
+    models = sorted({g["name"] for g in gpus["gpus"]})
+    return {"models": models, "count": len(gpus["gpus"]),
+            "compute_capability": sorted({g["compute_capability"] for g in gpus["gpus"]}),
+            "mig_profile": sorted({g.get("mig_profile") or "" for g in gpus["gpus"]}),
+            "driver": gpus.get("driver_version", ""),
+            "cuda": gpus.get("cuda_driver_version", "")}
+
+
+def default_max_num_seqs(device: str, gpus: GpuHost | None, world_size: int = 1) -> int:
+    """vLLM 0.32's own default batch for its OpenAI server (EngineArgs.get_batch_defaults
+    in vllm/engine/arg_utils.py): 128 per rank on a CPU; on a GPU 1024 with 160 GiB or
+    more, 1024 with 70 GiB or more unless it is an A100, else 256."""
+    if device != "cuda":
+        return 128 * world_size
+    if not gpus or not gpus.gpus:
+        return 256
+    first = gpus.gpus[0]
+    if first.memory_total_bytes >= 160 * GiB:
+        return 1024
+    if first.memory_total_bytes >= 70 * GiB and "a100" not in first.name.lower():
+        return 1024
+    return 256
+
+
+def _configured_max_num_seqs(engine: EngineConfig) -> int | None:
+    args = " ".join(engine.extra_args)
+    found = re.search(r"--max-num-seqs[= ](\d+)", args)
+    return int(found.group(1)) if found else None
+
+
+def suite_in_flight(device: str, engine: EngineConfig, gpus: GpuHost | None) -> int:
+    """Suite requests kept in flight: on a CPU the measured eight; on a GPU the batch the
+    engine itself runs (its --max-num-seqs, or vLLM's default there), so the suites take
+    the device's time rather than many times it."""
+    if device != "cuda":
+        return CPU_IN_FLIGHT
+    return _configured_max_num_seqs(engine) or default_max_num_seqs(
+        device, gpus, engine.tensor_parallel_size * engine.pipeline_parallel_size)
+
+
+def batch_invariant_reason(device: str, gpus: GpuHost | None, wanted: str) -> tuple[bool, str]:
+    """Whether the suites run batch-invariant, and why: `wanted` is the config's
+    engine.batch_invariant (auto: on wherever vLLM supports it)."""
+    if wanted == "off":
+        return False, "off in the config (engine.batch_invariant)"
+    if device != "cuda":
+        return False, "vLLM's batch-invariant kernels are CUDA only"
+    if not gpus or not gpus.gpus:
+        return False, "the GPU's compute capability could not be read"
+    low = lowest_capability(gpus)
+    if low is None:
+        return False, "the GPU's compute capability could not be read"
+    if low < BATCH_INVARIANT_MIN_CAPABILITY:
+        return False, (f"compute capability {low[0]}.{low[1]} is below vLLM's "
+                       f"{BATCH_INVARIANT_MIN_CAPABILITY[0]}.{BATCH_INVARIANT_MIN_CAPABILITY[1]}")
+    return True, f"on (VLLM_BATCH_INVARIANT=1, compute capability {low[0]}.{low[1]})"
+
+
+def _probe() -> GpuHost | None:
+    return this_host()
+
+
+def device_facts(device: str, engine: EngineConfig) -> DeviceFacts:
+    """The device's facts for one engine configuration, probed once per process."""
+    gpus = _probe() if device == "cuda" else None
+    invariant, why = batch_invariant_reason(device, gpus, engine.batch_invariant)
+    return DeviceFacts(kind=device, gpus=gpus.to_dict() if gpus else None,
+                       suite_in_flight=suite_in_flight(device, engine, gpus),
+                       batch_invariant=invariant, batch_invariant_why=why)
