@@ -14,6 +14,8 @@ from workbench.loadtest.results import LoadResult, cost_figures
 from workbench.measure.measurement import SAMPLING, Measurement
 from workbench.measure.pair import ROLES, MeasuredPair, Role
 from workbench.plan.plan import Plan
+from workbench.quantize.checks import gpu_capability
+from workbench.quantize.formats import runs_as
 from workbench.record.decision import DecisionRecord, Sampling, host_facts
 from workbench.record.plots import (
     LATENCY_PLOT,
@@ -138,7 +140,7 @@ def build_record(p: Plan, pair: MeasuredPair, report: GateReport, fidelity: dict
         model={"name": p.cfg.model.name, "path": str(p.model_dir),
                "digest": p.model_digest, "candidate_path": q.path,
                **({"hub": p.hub} if p.hub else {})},  # type: ignore[typeddict-item]
-        device=host_facts(p.device),  # type: ignore[arg-type]
+        device=host_facts(p.device, cand.server.device_facts),  # type: ignore[arg-type]
         gates=report.gates,
         comparability=report.comparability,
         suites=suite_pairs(base.suites, cand.suites, report.suites),
@@ -148,7 +150,9 @@ def build_record(p: Plan, pair: MeasuredPair, report: GateReport, fidelity: dict
         cost={role: _cost(p, role, m.load) for role, m in sides},
         engine=_engine(p, base, cand),
         quantization={**q.manifest, "serve_args": q.serve_args,
-                      **({"served_format": q.format.to_dict()} if q.path else {})},
+                      **({"served_format": q.format.to_dict(),
+                          "runs_as": runs_as(q.format, p.device, gpu_capability(p.device))}
+                         if q.path else {})},
         endpoints={role: endpoint_section(p.cfg.endpoints.of(role), m.server)
                    for role, m in sides if m.server.endpoint},
         data_digests={s.name: s.digest for s in p.suites},

@@ -34,6 +34,9 @@ __all__ = ["SCHEMA_VERSION", "SEVERITY", "DecisionRecord", "Role", "Sampling", "
            "gate_counts",
            "host_facts", "quantization_metrics", "record_metrics", "worst_first"]
 
+# 10: the device's GPUs, the suites' requests in flight and batch-invariant kernels; each
+# side's headroom on a GPU (its own processes' memory, what is left of the device) and
+# KV figures the engine may leave unreported (null);
 # 9: each load level's engine telemetry series and over-saturation verdict;
 # 8: sampling.split, the half of the items a tune trial or confirmation was judged on;
 # 7: the policy's looks (a second look at every item, each look at its share of alpha);
@@ -42,7 +45,7 @@ __all__ = ["SCHEMA_VERSION", "SEVERITY", "DecisionRecord", "Role", "Sampling", "
 # by its parts (id), not only as text; 4: endpoints, hub commit, per-device cost,
 # unmeasurable figures null; 3: every section typed below the top level; 2: policy, plots,
 # kernels. record/migrate.py reads every one of them.
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 
 
 class Sampling(TypedDict):
@@ -108,10 +111,13 @@ def worst_first(gates: list[GateOutcome]) -> list[GateOutcome]:
     return sorted(gates, key=lambda g: SEVERITY[g.status])
 
 
-def host_facts(device: str) -> dict:
+def host_facts(device: str, facts: dict) -> dict:
+    """The host, and the device facts the candidate's engine ran with (ServerInfo's)."""
     return {"kind": device, "cpu": cpu_model(), "cpu_count": os.cpu_count(),
             "vector_isa": cpu_vector_isa(), "platform": platform.platform(),
-            "python": platform.python_version()}
+            "python": platform.python_version(), "gpus": facts.get("gpus"),
+            "suite_in_flight": facts.get("suite_in_flight", 8),
+            "batch_invariant": facts.get("batch_invariant_why", "off")}
 
 
 def record_metrics(rec: DecisionRecord) -> dict[str, float]:

@@ -75,10 +75,19 @@ def _v8_to_v9(record: dict) -> dict:
     return record
 
 
+def _v9_to_v10(record: dict) -> dict:
+    device = record.get("device")
+    if device:  # 10: the GPUs, the suites' batch and batch-invariant kernels
+        device.setdefault("gpus", None)  # not recorded (no GPU run was, before)
+        device.setdefault("suite_in_flight", 8)  # every run before used eight
+        device.setdefault("batch_invariant", "off (recorded before it could be on)")
+    return record
+
+
 # version -> the step that brings a record of that version to the next
 STEPS: dict[int, Callable[[dict], dict]] = {2: _v2_to_v3, 3: _v3_to_v4, 4: _v4_to_v5,
                                             5: _v5_to_v6, 6: _v6_to_v7, 7: _v7_to_v8,
-                                            8: _v8_to_v9}
+                                            8: _v8_to_v9, 9: _v9_to_v10}
 
 
 def migrate(record: dict, current: int) -> tuple[dict, list[int]]:

@@ -22,7 +22,9 @@ from workbench.loadtest.results import LoadResult
 from workbench.quantize.formats import ServedFormat
 from workbench.suites.scorers.fidelity import FidelityResult
 
-__all__ = ["CostSection", "DeviceSection", "EndpointSection", "EngineSection", "FidelityJson",
+__all__ = ["AcceleratorJson", "CostSection", "DeviceSection", "EndpointSection", "EngineSection",
+           "FidelityJson",
+           "GpuEntry", "GpusSection",
            "HeadroomJson", "LoadJson", "MlflowSection", "ModelSection", "PolicySection",
            "QuantizationSection", "SuitePair", "json_form"]
 
@@ -64,6 +66,24 @@ class EndpointSection(TypedDict):
     unmeasured: list[str]  # figures an endpoint cannot give (no process on this machine)
 
 
+class GpuEntry(TypedDict):
+    """One visible GPU, as mechanisms/gpu.py's Gpu reads it from NVML."""
+
+    index: int  # CUDA's index in the engine's process
+    uuid: str  # "GPU-…", or "MIG-…" for a MIG device
+    name: str  # e.g. "NVIDIA H200"; a MIG device's ends with its profile
+    memory_total_bytes: int
+    compute_capability: str  # "9.0"
+    mig_profile: str | None  # "3g.71gb"; None: a whole GPU
+
+
+class GpusSection(TypedDict):
+    gpus: list[GpuEntry]
+    driver_version: str
+    cuda_driver_version: str  # the newest CUDA the driver supports
+    cuda_order_ambiguous: bool  # CUDA's device order may differ from NVML's
+
+
 class DeviceSection(TypedDict):
     kind: str  # cpu | cuda
     cpu: str
@@ -71,6 +91,9 @@ class DeviceSection(TypedDict):
     vector_isa: NotRequired[str]  # avx512 | avx2 | other: what vLLM-CPU's kernels can use
     platform: str
     python: str
+    gpus: GpusSection | None  # the GPUs the engine could use; None on a CPU
+    suite_in_flight: int  # requests each suite kept in flight (serve/device.py)
+    batch_invariant: str  # whether the suites ran on vLLM's batch-invariant kernels, and why
 
 
 class SliceScore(TypedDict):
@@ -141,7 +164,18 @@ class HeldoutFidelity(TypedDict, total=False):
     perplexity_ratio: float
     baseline_cached: bool
     seconds: float
+    device: str  # where both perplexities were computed (the quantiser's device)
     method: str
+
+
+class AcceleratorJson(TypedDict):
+    """The GPU calibration ran on, as the quantiser's torch named it."""
+
+    name: str
+    capability: str  # "9.0"
+    index: int
+    device_count: int
+    cuda: str | None  # torch's CUDA version
 
 
 class QuantizationSection(TypedDict, total=False):
@@ -158,7 +192,8 @@ class QuantizationSection(TypedDict, total=False):
     fidelity: HeldoutFidelity | None
     wall_time_s: float
     oneshot_s: float
-    device: str
+    device: str  # where calibration ran, read from the calibrated model
+    accelerator: AcceleratorJson | None  # None: on the CPU
     peak_rss_mb: float | None
     peak_gpu_mb: float | None
     scheme_summary: dict[str, Any]  # llm-compressor's per-layer schemes, as it reports them
@@ -168,6 +203,9 @@ class QuantizationSection(TypedDict, total=False):
     compression_ratio: float
     created_at: str
     served_format: ServedFormatJson
+    # what the engine really runs where that is not the format's label (an FP8 W8A8
+    # checkpoint on an A100 runs weight-only through Marlin: quantize/gpu_rules.py)
+    runs_as: str | None
     serve_args: list[str]
     path: str
 

@@ -17,10 +17,12 @@ from workbench.plan.plan import Plan
 from workbench.record.decision import DecisionRecord, counted, gate_counts, record_metrics
 from workbench.record.render import render_markdown
 from workbench.record.sections import MlflowSection
+from workbench.serve.device import DeviceFacts, device_facts
 from workbench.tracking.tracker import Tracker
 
 __all__ = ["DESCRIPTION_LIMIT", "DESCRIPTION_TAG", "RUN_NAME_TAG", "TRUNCATED", "description",
-           "log_run", "mlflow_section", "run_name", "run_params", "tracker_for", "tracking_line"]
+           "device_params", "log_run", "mlflow_section", "run_name", "run_params", "tracker_for",
+           "tracking_line"]
 
 # MLflow's own tags for a run's name and its description (shown above the run's page)
 RUN_NAME_TAG = "mlflow.runName"
@@ -55,7 +57,24 @@ def run_params(p: Plan, run_dir: Path) -> dict[str, object]:
             "engine_config": cfg.engine.model_dump_json(), "suites": ",".join(cfg.suites),
             "profile": cfg.profile, "load_profile": cfg.load.profile,
             "load": cfg.workload.model_dump_json(), "gates": str(cfg.resolve(cfg.gates)),
-            "run_dir": str(run_dir)}
+            "run_dir": str(run_dir), **device_params(device_facts(p.device, cfg.engine))}
+
+
+def device_params(facts: DeviceFacts) -> dict[str, object]:
+    """The GPU a run measured on, as columns the runs table can show and filter on (an
+    A100's run beside an H100's); on a CPU only the suites' batch and kernels."""
+    out: dict[str, object] = {"suite_in_flight": facts.suite_in_flight,
+                              "batch_invariant": facts.batch_invariant}
+    if facts.gpus:
+        gpus = facts.gpus["gpus"]
+        out |= {"gpu": f"{len(gpus)} x {', '.join(sorted({g['name'] for g in gpus}))}",
+                "gpu_compute_capability": ",".join(sorted({g["compute_capability"]
+                                                           for g in gpus})),
+                "gpu_mig_profile": ",".join(sorted({g.get("mig_profile") or "none"
+                                                    for g in gpus})),
+                "gpu_driver": facts.gpus.get("driver_version", ""),
+                "cuda": facts.gpus.get("cuda_driver_version", "")}
+    return out
 
 
 def run_name(rec: DecisionRecord) -> str:
