@@ -21,7 +21,7 @@ import httpx
 import pytest
 
 from workbench.mechanisms.paths import engine_python, offline_env
-from workbench.serve.engine import free_port
+from workbench.serve.engine import SERVE_MODULE, free_port
 
 
 def _wait(check, what: str, proc: subprocess.Popen | None = None, timeout: float = 120,
@@ -193,7 +193,7 @@ def vllm_endpoint(model: Path, served: str, log: Path, api_key: str | None = Non
     """vLLM's OpenAI-compatible server on 127.0.0.1, as a team deploys one (optionally
     behind --api-key); stopped afterwards."""
     port = free_port()
-    cmd = [str(engine_python()), "-m", "vllm.entrypoints.openai.api_server",
+    cmd = [str(engine_python()), "-m", SERVE_MODULE,
            "--model", str(model), "--served-model-name", served, "--host", "127.0.0.1",
            "--port", str(port), "--max-model-len", "512", "--dtype", "bfloat16",
            "--enforce-eager"]
@@ -210,3 +210,99 @@ def vllm_endpoint(model: Path, served: str, log: Path, api_key: str | None = Non
         yield url
     finally:
         stop(proc, grace_s=20)
+
+
+# ---- a vLLM endpoint whose /metrics read as vLLM's CUDA build renders them ---------------
+
+# CacheConfig fields the engine fills in after it sized the KV cache, on any platform
+# (vllm/v1/engine/core_client.py `_apply_ready_response`, 0.32); the rest stay as the CUDA
+# platform leaves them (vllm/platforms/cuda.py sets none of them: kv_cache_memory_bytes is
+# None unless a user sets it, where the CPU platform fills it from VLLM_CPU_KVCACHE_SPACE).
+ENGINE_FILLED = ("block_size", "cache_dtype", "num_gpu_blocks", "kv_cache_size_tokens",
+                 "kv_cache_max_concurrency", "effective_attention_block_size",
+                 "hash_block_size", "enable_prefix_caching")
+
+
+def cuda_cache_config_info(cpu_labels: dict[str, str]) -> str:
+    """The `vllm:cache_config_info` exposition a CUDA engine of the same size would serve:
+    vLLM's own CacheConfig at its defaults, the engine-filled fields copied from the CPU
+    server, rendered by vLLM's metrics_info() and prometheus_client as
+    PrometheusStatLogger.log_metrics_info does (vllm/v1/metrics/loggers.py)."""
+    from prometheus_client import CollectorRegistry, Gauge, generate_latest
+    from vllm.config import CacheConfig
+
+    config = CacheConfig(block_size=int(cpu_labels["block_size"]),
+                         cache_dtype=cpu_labels["cache_dtype"])
+    for key in ENGINE_FILLED[2:]:
+        if cpu_labels.get(key, "None") != "None":
+            setattr(config, key, _label_value(cpu_labels[key]))
+    info = {**config.metrics_info(), "engine": cpu_labels.get("engine", "0")}
+    registry = CollectorRegistry()
+    gauge = Gauge("vllm:cache_config_info", "Information of the LLMEngine CacheConfig",
+                  labelnames=list(info), registry=registry)
+    gauge.labels(**info).set(1)
+    return generate_latest(registry).decode()
+
+
+def _label_value(text: str) -> bool | int | float:
+    if text in ("True", "False"):
+        return text == "True"
+    try:
+        return int(text)
+    except ValueError:
+        return float(text)
+
+
+def as_cuda_renders(metrics: str) -> str:
+    """The server's /metrics text with its cache_config_info replaced by the CUDA one."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    family = next(f for f in text_string_to_metric_families(metrics)
+                  if f.name == "vllm:cache_config_info")
+    kept = [line for line in metrics.splitlines(keepends=True)
+            if "vllm:cache_config_info" not in line]
+    return "".join(kept) + cuda_cache_config_info(dict(family.samples[0].labels))
+
+
+@contextmanager
+def cuda_metrics_proxy(upstream: str) -> Iterator[str]:
+    """A loopback HTTP proxy in front of a vLLM server that passes every request through
+    (streamed responses chunk by chunk) and rewrites only /metrics (as_cuda_renders)."""
+    import http.server
+    import threading
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.0"  # the body ends when the connection closes
+
+        def _relay(self) -> None:
+            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            headers = {k: v for k, v in self.headers.items()
+                       if k.lower() not in ("host", "content-length", "connection")}
+            with httpx.Client(timeout=None) as client, client.stream(
+                    self.command, upstream + self.path, content=body, headers=headers) as r:
+                self.send_response(r.status_code)
+                for key, value in r.headers.items():
+                    if key.lower() not in ("content-length", "transfer-encoding",
+                                           "connection", "content-encoding"):
+                        self.send_header(key, value)
+                self.end_headers()
+                if self.path.startswith("/metrics"):
+                    self.wfile.write(as_cuda_renders(r.read().decode()).encode())
+                    return
+                for chunk in r.iter_bytes():
+                    self.wfile.write(chunk)
+                    self.wfile.flush()
+
+        do_GET = do_POST = do_DELETE = _relay
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()

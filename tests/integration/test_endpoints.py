@@ -7,6 +7,10 @@ they cannot give (weights on disk, peak process memory, cold start) is listed, a
 gate that needs one of those figures fails closed, naming it, until a policy marks it not
 applicable at endpoints. The key reaches the keyed server only and is
 in no file, log, record, console line or MLflow entry.
+
+Each server is reached through a loopback proxy that serves its `/metrics` with the cache
+config a CUDA engine of the same size renders (vLLM's own CacheConfig and metrics_info():
+`kv_cache_memory_bytes` reads "None" there), as a team's GPU deployment answers.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from servers import vllm_endpoint
+from servers import cuda_metrics_proxy, vllm_endpoint
 
 pytestmark = pytest.mark.integration
 
@@ -73,8 +77,9 @@ def test_endpoints_with_and_without_a_key(tiny_model: Path, tmp_path: Path) -> N
     config = tmp_path / "endpoints.yaml"
     config.write_text(CONFIG.format(model=tiny_model, repo=REPO))
     env = {k: v for k, v in os.environ.items() if k != "WB_BASELINE_KEY"}
-    with vllm_endpoint(tiny_model, "tiny-keyed", tmp_path / "keyed.log", api_key=key) as keyed, \
-            vllm_endpoint(tiny_model, "tiny-open", tmp_path / "open.log") as open_url:
+    with vllm_endpoint(tiny_model, "tiny-keyed", tmp_path / "keyed.log", api_key=key) as k, \
+            vllm_endpoint(tiny_model, "tiny-open", tmp_path / "open.log") as o, \
+            cuda_metrics_proxy(k) as keyed, cuda_metrics_proxy(o) as open_url:
         sides = ("--baseline-endpoint", keyed, "--candidate-endpoint", open_url)
         evaluate = ("evaluate", "--config", str(config), "--candidate", "deployed",
                     "--runs-dir", "runs", *sides)
@@ -112,6 +117,10 @@ def test_endpoints_with_and_without_a_key(tiny_model: Path, tmp_path: Path) -> N
     assert room["baseline"]["weights_bytes"] is None
     assert room["candidate"]["peak_engine_rss_bytes"] is None
     assert room["candidate"]["kv_cache_tokens"] > 0  # read from the endpoint's /metrics
+    # as CUDA renders it: no KV pool size in the labels, which is not a figure of 0
+    assert room["candidate"]["kv_cache_memory_bytes"] is None
+    assert room["baseline"]["max_concurrent_sequences"] > 0
+    assert "## Memory headroom" in (run_dir / "decision.md").read_text()
     assert record["engine"]["cold_start"] == {}  # no engine was started here
     # cost for every device the deployment holds: the baseline declares two
     assert record["cost"]["baseline"]["devices"] == 2
