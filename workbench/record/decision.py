@@ -28,6 +28,7 @@ from workbench.record.sections import (
     QuantizationSection,
     SuitePair,
 )
+from workbench.serve.device import CPU_IN_FLIGHT
 from workbench.suites.split import SplitJson
 
 __all__ = ["SCHEMA_VERSION", "SEVERITY", "DecisionRecord", "Role", "Sampling", "counted",
@@ -116,7 +117,7 @@ def host_facts(device: str, facts: dict) -> dict:
     return {"kind": device, "cpu": cpu_model(), "cpu_count": os.cpu_count(),
             "vector_isa": cpu_vector_isa(), "platform": platform.platform(),
             "python": platform.python_version(), "gpus": facts.get("gpus"),
-            "suite_in_flight": facts.get("suite_in_flight", 8),
+            "suite_in_flight": facts.get("suite_in_flight", CPU_IN_FLIGHT),
             "batch_invariant": facts.get("batch_invariant_why", "off")}
 
 

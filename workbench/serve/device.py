@@ -107,8 +107,6 @@ def batch_invariant_reason(device: str, gpus: GpuHost | None, wanted: str) -> tu
         return False, "off in the config (engine.batch_invariant)"
     if device != "cuda":
         return False, "vLLM's batch-invariant kernels are CUDA only"
-    if not gpus or not gpus.gpus:
-        return False, "the GPU's compute capability could not be read"
     low = lowest_capability(gpus)
     if low is None:
         return False, "the GPU's compute capability could not be read"
