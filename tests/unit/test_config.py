@@ -48,7 +48,7 @@ def test_typo_in_key_names_the_key_and_the_allowed_ones(tmp_path: Path) -> None:
 
 def test_every_problem_is_reported_at_once(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
-    text = _default_text().replace("dtype: bfloat16", "dtype: int3").replace(
+    text = _default_text().replace("dtype: auto", "dtype: int3").replace(
         "profile: smoke", "profile: quick")
     bad.write_text(text)
     with pytest.raises(InputError) as err:

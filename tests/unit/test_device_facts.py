@@ -158,7 +158,7 @@ def test_the_gpu_is_named_in_the_record_and_in_mlflow() -> None:
     text = device_text({"kind": "cuda", "cpu": "x", "gpus": H100.to_dict()})
     assert "NVIDIA H100 80GB HBM3, compute capability 9.0" in text and "CUDA 13.0" in text
     assert device_params(device_facts("cpu", EngineConfig())) == {
-        "suite_in_flight": 8, "batch_invariant": False}
+        "suite_in_flight": 8, "batch_invariant": False, "serve_dtype": "bfloat16"}
 
 
 def test_the_baseline_key_tells_gpu_types_apart_and_keeps_cpu_keys(monkeypatch) -> None:

@@ -20,6 +20,7 @@ from workbench.mechanisms.digests import sha256_json
 from workbench.mechanisms.errors import InputError
 from workbench.mechanisms.paths import default_model_dir, offline_env, quant_python
 from workbench.quantize import build, checks, sensitivity
+from workbench.quantize.heldout import baseline_perplexity_file
 from workbench.subprocesses import quantize_worker, sensitivity_worker
 
 NEEDS_QUANT_ENV = pytest.mark.skipif(
@@ -136,8 +137,8 @@ def test_an_engine_on_the_cpu_costs_no_probe(monkeypatch: pytest.MonkeyPatch) ->
 
 def test_the_baseline_perplexity_is_cached_per_device_and_the_cpus_key_is_unchanged() -> None:
     args = ("m" * 64, TEXTS, 64, {"torch": "2.13.0"})
-    on_cpu = build._baseline_perplexity_file(*args, "cpu")
-    on_gpu = build._baseline_perplexity_file(*args, "cuda")
+    on_cpu = baseline_perplexity_file(*args, "cpu")
+    on_gpu = baseline_perplexity_file(*args, "cuda")
     assert on_cpu != on_gpu
     # the key that older workbenches wrote on the CPU: cached figures stay valid there
     old = sha256_json({"model": args[0], "heldout": TEXTS, "seq_len": 64,

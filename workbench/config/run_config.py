@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
+from workbench.config.endpoints import EndpointConfig, EndpointsConfig  # re-exported
 from workbench.config.load import (  # re-exported: the run config names them
     BUILTIN_PROFILES,
     DEFAULT_PRICE_PER_HOUR,
@@ -187,7 +188,9 @@ class EngineConfig(StrictModel):
     distributed_executor_backend: Literal["mp", "ray"] | None = Field(
         default=None, description="How vLLM starts its workers: mp (processes on this host) "
                                   "or ray (a Ray cluster, multi-node); default: vLLM's choice")
-    dtype: Literal["bfloat16", "float16", "float32", "auto"] = "bfloat16"
+    dtype: Literal["bfloat16", "float16", "float32", "auto"] = Field(default="auto", description=(
+        "The engine's --dtype; auto: the type this device computes fast in (bf16 on a GPU "
+        "and on a CPU with native bf16, float32 on other CPUs), not vLLM's auto"))
     enforce_eager: bool = Field(default=False, description="Skip torch.compile: faster "
                                 "start, slower decode")
     kv_cache_space_gib: int = Field(default=2, ge=1, description="KV cache size on CPU (GiB)")
@@ -223,51 +226,6 @@ class EngineConfig(StrictModel):
         if self.distributed_executor_backend:
             args += ["--distributed-executor-backend", self.distributed_executor_backend]
         return args
-
-
-class EndpointConfig(StrictModel):
-    """A model already served behind an OpenAI-compatible vLLM endpoint: measured where it
-    runs, neither quantised nor started by the workbench (docs/scale.md)."""
-
-    url: str = Field(description="The server's root, e.g. https://llm.internal:8000 (not /v1)")
-    api_key_env: str | None = Field(
-        default=None, description="Name of the environment variable holding the API key, "
-                                  "sent as a bearer token; the key itself never appears in a "
-                                  "config, record, log or MLflow")
-    model: str | None = Field(default=None, description="The served model id; default: the "
-                                                        "only one /v1/models lists")
-    devices: int = Field(default=1, ge=1, description="Devices the deployment holds, for cost "
-                                                      "per million tokens (not measurable)")
-
-    @field_validator("url")
-    @classmethod
-    def _http(cls, v: str) -> str:
-        if not re.match(r"^https?://[^/\s]+", v):
-            raise ValueError(f"must be an http:// or https:// URL, got {v!r}")
-        if "@" in v.split("/")[2]:
-            raise ValueError("must not carry credentials (user:password@); name the key's "
-                             "environment variable in api_key_env")
-        return v.rstrip("/").removesuffix("/v1")
-
-    @field_validator("api_key_env")
-    @classmethod
-    def _env_name(cls, v: str | None) -> str | None:
-        if v is not None and not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", v):
-            raise ValueError("must be the name of an environment variable (letters, digits, "
-                             "_), not the key itself")
-        return v
-
-
-class EndpointsConfig(StrictModel):
-    baseline: EndpointConfig | None = None
-    candidate: EndpointConfig | None = None
-
-    def of(self, role: str) -> EndpointConfig | None:
-        return self.baseline if role == "baseline" else self.candidate
-
-    def devices(self, role: str) -> int:
-        ep = self.of(role)
-        return ep.devices if ep is not None else 1
 
 
 class TrackingConfig(StrictModel):
@@ -365,6 +323,11 @@ class RunConfig(StrictModel):
                 why = err.errors()[0]["msg"].removeprefix("Value error, ")
                 raise InputError(f"--{role}-endpoint: {url!r}: {why}") from None
         return self.model_copy(update={"endpoints": EndpointsConfig(**sides)})
+
+    def with_candidate(self, name: str, cand: Candidate) -> RunConfig:
+        """This config with the candidate `name` built and served as `cand` (a stand-in
+        where the engine has no kernel for the config's own: quantize/formats.py)."""
+        return self.model_copy(update={"candidates": {**self.candidates, name: cand}})
 
     def candidate(self, name: str) -> Candidate:
         if name not in self.candidates:

@@ -103,13 +103,14 @@ def _cache_check(base: ServerInfo, cand: ServerInfo) -> ComparabilityCheck:
 
 
 def _device_checks(base: ServerInfo, cand: ServerInfo) -> list[ComparabilityCheck]:
-    """The device both sides ran on, the suites' batch, and batch-invariant kernels: a
-    baseline measured on another GPU type, or at another batch, answers differently for
-    reasons that are not the candidate's (serve/device.py)."""
+    """The device both sides ran on, the suites' batch, batch-invariant kernels and the
+    serving dtype: a baseline measured on another GPU type, at another batch, or in bf16
+    beside a float32 candidate answers differently for reasons that are not the
+    candidate's (serve/device.py)."""
     b, c = device_facts_of(base), device_facts_of(cand)
     checks = [_check(what, b[key], c[key]) for what, key in (
         ("device", "device"), ("suite requests in flight", "suite_in_flight"),
-        ("batch-invariant kernels", "batch_invariant"))]
+        ("batch-invariant kernels", "batch_invariant"), ("serving dtype", "serve_dtype"))]
     if base.endpoint or cand.endpoint:
         for check in checks:
             if check["what"] != "suite requests in flight":
@@ -133,7 +134,13 @@ def device_facts_of(info: ServerInfo) -> dict[str, str]:
     else:
         device = "an endpoint (not visible here)" if info.endpoint else info.device
     return {"device": device, "suite_in_flight": str(facts.get("suite_in_flight", 8)),
-            "batch_invariant": "on" if facts.get("batch_invariant") else "off"}
+            "batch_invariant": "on" if facts.get("batch_invariant") else "off",
+            # measured before `engine.dtype: auto`: the engine command says, else bf16
+            "serve_dtype": str(facts.get("serve_dtype") or _command_dtype(info.command))}
+
+
+def _command_dtype(command: list[str]) -> str:
+    return command[command.index("--dtype") + 1] if "--dtype" in command[:-1] else "bfloat16"
 
 
 def comparability(base: ServerInfo | None, cand: ServerInfo | None,

@@ -102,7 +102,10 @@ def baseline_key(cfg: RunConfig, model_digest: str, suites: list[Suite], device:
                  engine_version: str, requests: list[Request]) -> str:
     facts = device_facts(device, cfg.engine)
     return sha256_json({
-        "model": model_digest, "engine": cfg.engine.identity(), "device": device,
+        # the dtype the engine really ran in (`auto` resolved for this device): a bf16
+        # baseline's key is the same as before `auto` existed
+        "model": model_digest, "engine": {**cfg.engine.identity(), "dtype": facts.serve_dtype},
+        "device": device,
         "engine_version": engine_version, "profile": cfg.profile, "seed": cfg.seed,
         "suites": {s.name: s.digest for s in suites}, "sampling": SAMPLING,
         "in_flight": facts.suite_in_flight,

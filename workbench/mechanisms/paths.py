@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from workbench.mechanisms.host import cap_env, isa_capped
+
 __all__ = [
     "SHIPPED",
     "cache_root",
@@ -19,6 +21,8 @@ __all__ = [
 # package (package data: an installed workbench has them too; a checkout links them at
 # its top for the paths the docs use).
 SHIPPED = Path(__file__).resolve().parent.parent / "shipped"
+# A sitecustomize that caps PyTorch's CPU probes in a child process (its docstring).
+ISA_CAP_SITE = Path(__file__).resolve().parent / "isa_cap"
 
 
 def cache_root() -> Path:
@@ -66,4 +70,8 @@ def offline_env(base: dict[str, str] | None = None) -> dict[str, str]:
     env.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     env.setdefault("DO_NOT_TRACK", "1")
     env.setdefault("VLLM_NO_USAGE_STATS", "1")
+    if isa_capped():  # the child sees the CPU as the workbench does (mechanisms/host.py)
+        env.update(cap_env())
+        env["PYTHONPATH"] = os.pathsep.join(
+            [str(ISA_CAP_SITE), *filter(None, [env.get("PYTHONPATH")])])
     return env

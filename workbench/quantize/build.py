@@ -29,6 +29,7 @@ from workbench.config.run_config import Candidate, RunConfig
 from workbench.mechanisms import cache_entry
 from workbench.mechanisms.digests import folder_digest, sha256_json
 from workbench.mechanisms.errors import InfraError, InputError
+from workbench.mechanisms.host import fast_dtype
 from workbench.mechanisms.paths import cache_root, offline_env, quant_python
 from workbench.mechanisms.processes import spawn, stop_group
 from workbench.quantize.calibration import calibration_samples, heldout_samples
@@ -38,6 +39,11 @@ from workbench.quantize.formats import (
     format_of_candidate,
     format_of_checkpoint,
     serve_args_for,
+)
+from workbench.quantize.heldout import (
+    baseline_perplexity_file,
+    cached_perplexity,
+    fidelity_section,
 )
 
 __all__ = [
@@ -98,11 +104,15 @@ def recipe_identity(cand: Candidate, resolve: Callable[[str], Path]) -> dict[str
 
 
 def artifact_key(model_digest: str, recipe: dict[str, Any], samples_digest: str | None,
-                 versions: dict[str, str]) -> str:
+                 versions: dict[str, str], compute_dtype: str = "bfloat16") -> str:
     identity = {k: v for k, v in recipe.items() if k != "recipe_file"}  # the digest, not where
     # layout 2: the tokenizer files copied from the baseline verbatim (quantize_worker.py)
-    return sha256_json({"model": model_digest, "recipe": identity, "calibration": samples_digest,
-                        "versions": versions, "layout": 2})
+    key: dict[str, Any] = {"model": model_digest, "recipe": identity,
+                           "calibration": samples_digest, "versions": versions, "layout": 2}
+    # GPTQ's choices depend on the arithmetic it ran in; bf16 builds keep the keys they had
+    if compute_dtype != "bfloat16":
+        key["compute_dtype"] = compute_dtype
+    return sha256_json(key)
 
 
 def _folder_size(path: Path) -> int:
@@ -200,56 +210,6 @@ def _passthrough(cfg: RunConfig, name: str, cand: Candidate, model_dir: Path) ->
                           serve_args_for(path, cand.serve_args()))
 
 
-def _baseline_perplexity_file(model_digest: str, heldout: list[str], seq_len: int,
-                              versions: dict[str, str], device: str = "cpu") -> Path:
-    """The baseline's held-out perplexity is the same for every candidate: computed once
-    per device it is computed on (the calibration device; the candidate's is measured
-    there too, and a GPU's bf16 kernels do not give the CPU's figure)."""
-    identity: dict[str, Any] = {"model": model_digest, "heldout": heldout, "seq_len": seq_len,
-                                "versions": versions}
-    if device != "cpu":  # the CPU's keys as they were: no rebuild of figures already cached
-        identity["device"] = device
-    key = sha256_json(identity)
-    return cache_root() / "fidelity" / f"baseline-{key[:24]}.json"
-
-
-def _cached_perplexity(file: Path) -> dict | None:
-    """The baseline's cached held-out perplexity, or None (a damaged file is dropped and
-    measured again, never trusted)."""
-    try:
-        data = json.loads(file.read_text())
-        if isinstance(data, dict) and isinstance(data.get("perplexity"), (int, float)):
-            return data
-    except (OSError, ValueError):
-        pass
-    file.unlink(missing_ok=True)
-    return None
-
-
-def _fidelity(facts: dict, baseline_file: Path, heldout: list[str], seq_len: int) -> dict | None:
-    measured = facts.pop("heldout_perplexity", {})
-    if not heldout or "candidate" not in measured:
-        return None
-    cached = "baseline" not in measured
-    if cached:
-        base = _cached_perplexity(baseline_file)
-        assert base is not None  # checked before the worker was asked to skip it
-    else:
-        base = measured["baseline"]
-        baseline_file.parent.mkdir(parents=True, exist_ok=True)
-        baseline_file.write_text(json.dumps(base))
-    cand = measured["candidate"]
-    return {"heldout_samples": len(heldout), "heldout_digest": sha256_json(heldout),
-            "seq_len": seq_len, "tokens": cand["tokens"],
-            "baseline_perplexity": base["perplexity"], "candidate_perplexity": cand["perplexity"],
-            "perplexity_ratio": round(cand["perplexity"] / base["perplexity"], 4),
-            "baseline_cached": cached, "seconds": cand["seconds"] + (0 if cached else
-                                                                      base["seconds"]),
-            "device": cand.get("device", "cpu"),  # both figures' (the baseline's key says so)
-            "method": "transformers forward of the quantised model in llm-compressor's "
-                      "simulated (fake-quantised) form, before saving"}
-
-
 def _kv_and_ignore(path: Path) -> dict:
     qc = json.loads((path / "config.json").read_text()).get("quantization_config") or {}
     return {"kv_cache_scheme": qc.get("kv_cache_scheme"), "ignore": qc.get("ignore", [])}
@@ -265,17 +225,20 @@ class _Build:
     samples: list[str]
     samples_digest: str | None
     versions: dict[str, str]
+    device: str  # where it calibrates: the engine's device
+    compute_dtype: str  # what it computes in there (mechanisms/host.py, fast_dtype)
     key: str
 
 
-def _identify(cfg: RunConfig, cand: Candidate, model_digest: str) -> _Build:
+def _identify(cfg: RunConfig, cand: Candidate, model_digest: str, device: str) -> _Build:
     recipe = recipe_identity(cand, cfg.resolve)
     needs_data = needs_calibration(cand)
     samples = calibration_samples(cfg.calibration, cfg.resolve) if needs_data else []
     samples_digest = sha256_json([samples, cfg.calibration.seq_len]) if needs_data else None
     versions = quant_library_versions()
-    return _Build(recipe, needs_data, samples, samples_digest, versions,
-                  artifact_key(model_digest, recipe, samples_digest, versions))
+    compute = fast_dtype(device)
+    return _Build(recipe, needs_data, samples, samples_digest, versions, device, compute,
+                  artifact_key(model_digest, recipe, samples_digest, versions, compute))
 
 
 def _cached_manifest(final: Path, log_file: Path, on_progress: Callable[[str], None]
@@ -304,27 +267,26 @@ def quantize(cfg: RunConfig, name: str, cand: Candidate, model_dir: Path, model_
     quantiser must calibrate there (None: wherever the quantiser's torch can)."""
     if cand.checkpoint is not None or cand.recipe == "none":
         return _passthrough(cfg, name, cand, model_dir)
-    build = _identify(cfg, cand, model_digest)
+    build = _identify(cfg, cand, model_digest, device or quantiser_device())
     final = cache_root() / "artifacts" / build.key[:24]
     manifest = _cached_manifest(final, log_file, on_progress)
     source = "cache"
     if manifest is None:
         manifest = _build_artifact(cfg, name, build, (model_dir, model_digest), final,
-                                   log_file, on_progress, device or quantiser_device())
+                                   log_file, on_progress)
         source = "built"
     return QuantizeResult(name, str(final), source == "cache", build.key, manifest, source,
                           serve_args_for(final, cand.serve_args()))
 
 
 def _build_artifact(cfg: RunConfig, name: str, build: _Build, model: tuple[Path, str],
-                    final: Path, log_file: Path, on_progress: Callable[[str], None],
-                    device: str) -> dict:
+                    final: Path, log_file: Path, on_progress: Callable[[str], None]) -> dict:
     """Run the quantiser into a scratch folder beside the final one and rename it at the
     end, so an interrupted run never leaves a folder that looks complete."""
     model_dir, model_digest = model
     heldout = heldout_samples(cfg.calibration, cfg.resolve)
-    base_ppl = _baseline_perplexity_file(model_digest, heldout, cfg.calibration.seq_len,
-                                         build.versions, device)
+    base_ppl = baseline_perplexity_file(model_digest, heldout, cfg.calibration.seq_len,
+                                         build.versions, build.device, build.compute_dtype)
     staging = cache_entry.staging_for(final)
     staging.mkdir(parents=True)
     work = staging / "_job"
@@ -336,12 +298,13 @@ def _build_artifact(cfg: RunConfig, name: str, build: _Build, model: tuple[Path,
         "recipe_file": build.recipe.get("recipe_file"), "needs_data": build.needs_data,
         "samples_file": str(work / "samples.json"), "num_samples": len(build.samples),
         "seq_len": cfg.calibration.seq_len, "seed": cfg.calibration.seed,
+        "compute_dtype": build.compute_dtype,
         "heldout_file": str(work / "heldout.json") if heldout else None,
-        "baseline_perplexity": "cached" if _cached_perplexity(base_ppl) else None,
+        "baseline_perplexity": "cached" if cached_perplexity(base_ppl) else None,
         "result_file": str(work / "result.json"),
     }
     try:
-        run_worker(job, log_file, on_progress, expect_device=device)
+        run_worker(job, log_file, on_progress, expect_device=build.device)
         facts = json.loads((work / "result.json").read_text())
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
@@ -359,7 +322,7 @@ def _build_artifact(cfg: RunConfig, name: str, build: _Build, model: tuple[Path,
         "model_digest": model_digest,
         "calibration": {**cfg.calibration.model_dump(), "samples_digest": build.samples_digest}
         if build.needs_data else None,
-        "fidelity": _fidelity(facts, base_ppl, heldout, cfg.calibration.seq_len),
+        "fidelity": fidelity_section(facts, base_ppl, heldout, cfg.calibration.seq_len),
         **facts,
         "size_bytes": size,
         "baseline_size_bytes": base_size,

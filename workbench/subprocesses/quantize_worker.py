@@ -207,11 +207,57 @@ def scheme_summary(model: Any) -> dict:
 
 
 def _load(job: dict) -> Any:
+    """The model in the dtype the quantiser computes in (the job's compute_dtype: bf16,
+    or float32 on a CPU that emulates bf16, mechanisms/host.py in the workbench)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    model = AutoModelForCausalLM.from_pretrained(job["model_dir"], dtype=torch.bfloat16)
+    dtype = getattr(torch, job.get("compute_dtype") or "bfloat16")
+    model = AutoModelForCausalLM.from_pretrained(job["model_dir"], dtype=dtype)
     return model, AutoTokenizer.from_pretrained(job["model_dir"])
+
+
+def stored_dtype(model_dir: Path) -> str:
+    """The float type the baseline checkpoint stores its weights in (config.json)."""
+    config = json.loads((model_dir / "config.json").read_text())
+    text = config.get("text_config") or {}
+    return str(config.get("dtype") or config.get("torch_dtype") or text.get("dtype")
+               or text.get("torch_dtype") or "bfloat16")
+
+
+def store_as(out: Path, dtype_name: str) -> int:
+    """Rewrite a saved checkpoint's float32 tensors in ``dtype_name`` and name it in
+    config.json, so a checkpoint computed in float32 is stored as the baseline is; the
+    compressed integer and FP8 tensors are left as they are. After compression, so the
+    integers were rounded against the float32 scales the calibration chose. Returns the
+    tensors cast."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    dtype = getattr(torch, dtype_name)
+    cast, saved_bytes = 0, 0
+    for file in sorted(out.glob("*.safetensors")):
+        tensors = load_file(file)
+        wide = [name for name, t in tensors.items() if t.dtype == torch.float32]
+        if wide:
+            tensors.update({name: tensors[name].to(dtype) for name in wide})
+            saved_bytes += sum(tensors[name].numel() for name in wide) * (
+                4 - tensors[wide[0]].element_size())
+            save_file(tensors, file, metadata={"format": "pt"})
+            cast += len(wide)
+    index_file = out / "model.safetensors.index.json"
+    if index_file.is_file():  # a sharded checkpoint's total, as transformers wrote it
+        index = json.loads(index_file.read_text())
+        if "total_size" in index.get("metadata", {}):
+            index["metadata"]["total_size"] -= saved_bytes
+            index_file.write_text(json.dumps(index, indent=2) + "\n")
+    config_file = out / "config.json"
+    config = json.loads(config_file.read_text())
+    for key in ("dtype", "torch_dtype"):
+        if key in config:
+            config[key] = dtype_name
+    config_file.write_text(json.dumps(config, indent=2) + "\n")
+    return cast
 
 
 def _heldout(job: dict) -> list[str]:
@@ -263,7 +309,8 @@ def main(argv: list[str] | None = None) -> None:
     torch.manual_seed(job["seed"])
     started = time.perf_counter()
     device = calibration_device(args.expect_device)
-    phase(f"loading the model (calibration on {device})")
+    phase(f"loading the model (calibration on {device}, "
+          f"in {job.get('compute_dtype') or 'bfloat16'})")
     model, tokenizer = _load(job)
     place(model, device)
     heldout = _heldout(job)
@@ -289,11 +336,17 @@ def main(argv: list[str] | None = None) -> None:
     out = Path(job["out_dir"])
     phase("saving the compressed checkpoint")
     model.save_pretrained(out, save_compressed=True)
+    stored = stored_dtype(Path(job["model_dir"]))
+    compute = job.get("compute_dtype") or "bfloat16"
+    if compute != stored and stored in ("bfloat16", "float16"):
+        phase(f"storing the {compute} checkpoint's float tensors as {stored}, as the baseline")
+        store_as(out, stored)
     copy_model_files(Path(job["model_dir"]), out)
     result = {
         "wall_time_s": round(time.perf_counter() - started, 2),
         "oneshot_s": round(oneshot_s, 2),
         **device_facts(ran_on),
+        "compute_dtype": compute, "stored_dtype": stored,
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "scheme_summary": summary,
         "heldout_perplexity": fidelity,

