@@ -12,8 +12,9 @@ import time
 from pathlib import Path
 
 import pytest
-from quantised import QUANTISED, QUANTISED_RECIPE
+from quantised import QUANTISED, QUANTISED_RECIPE, STAND_IN_HERE
 
+from workbench.mechanisms.host import fast_dtype
 from workbench.serve.engine import SERVE_MODULE
 
 pytestmark = pytest.mark.integration
@@ -149,6 +150,16 @@ def test_quantise_serve_evaluate_gate_record(tiny_config: Path, tmp_path: Path, 
     assert record["exit_code"] == first.returncode
     assert (record_file.parent / "decision.md").read_text().startswith("# Decision")
     assert record["sampling"]["temperature"] == 0.0 and record["sampling"]["seed"] == 0
+    # computed and served in the type this CPU runs fast; on AVX2, int8 W8A8 in int4's place
+    assert record["device"]["serve_dtype"] == fast_dtype("cpu")
+    assert record["quantization"]["compute_dtype"] == fast_dtype("cpu")
+    assert (record["stand_in"] is not None) is STAND_IN_HERE
+    if STAND_IN_HERE:
+        assert record["stand_in"]["evaluated_format"] == "W8A8"
+        assert record["quantization"]["served_format"]["label"] == "W8A8"
+        assert "stand-in:" in first.stdout and "in its place" in first.stdout
+        assert "Evaluated W8A8 in place of W4A16" in (record_file.parent / "decision.md") \
+            .read_text()
     gates = {g["gate"]: g for g in record["gates"]}
     assert "quality:arithmetic" in gates
     expected = {"latency:e2el_p50_ms:max_ratio@c1", "latency:output_throughput:min_ratio@c4"}

@@ -17,13 +17,13 @@ from pathlib import Path
 
 import pytest
 import yaml
-from quantised import FRAGILE_BLOCK, QUANTISED
+from quantised import FRAGILE_BLOCK, STAND_IN_HERE
 
 from workbench.tune.record import validate_tune
 
 pytestmark = [pytest.mark.integration,
-              pytest.mark.skipif(QUANTISED != "int4", reason="vLLM-CPU serves int4 weights "
-                                 "only with AVX-512; tune's recipes are integer weight-only")]
+              pytest.mark.skipif(STAND_IN_HERE, reason="vLLM-CPU serves int4 weights only "
+                                 "with AVX-512; tune's recipes are integer weight-only")]
 
 CONFIG = """\
 model: {{name: fragile, path: {model}}}

@@ -163,8 +163,11 @@ def _evaluate(p: Plan, run_dir: Path, console: Console, remeasure: bool,
               ) -> DecisionRecord:
     _keep_inputs(p, run_dir)
     console.print(f"run folder {run_dir} · device {p.device} · engine {p.engine_version}")
+    if p.stand_in is not None:  # said first, and again beside the decision (the record)
+        console.print(f"[bold yellow]stand-in:[/] {escape(p.stand_in.line)}")
     started = time.perf_counter()
-    tags = {"candidate": p.candidate_name, "device": p.device}
+    tags = {"candidate": p.candidate_name, "device": p.device,
+            **({"stand_in": p.stand_in.evaluated} if p.stand_in else {})}
     with tracker_for(p.cfg, p.candidate_name, tags, console, parent) as tracker:
         tracker.log_params(run_params(p, run_dir))
         try:

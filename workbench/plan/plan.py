@@ -34,6 +34,7 @@ from workbench.plan.checks import (
 from workbench.plan.context import context_problems
 from workbench.plan.device_checks import device_problems
 from workbench.quantize.checks import candidate_problems, serving_problem
+from workbench.quantize.formats import StandIn, stand_in
 from workbench.serve.engine import detect_device, engine_version
 from workbench.suites.definition import Suite, find_suite_dir, load_suite
 from workbench.suites.split import ItemSplit
@@ -55,8 +56,11 @@ class Plan:
 
     def __init__(self, cfg: RunConfig, candidate: str, device: str, policy: GatePolicy,
                  suites: list[Suite], requests: list[Request],
-                 split: ItemSplit | None = None) -> None:
-        self.cfg = cfg
+                 split: ItemSplit | None = None, stand_in: StandIn | None = None) -> None:
+        self.cfg = cfg  # with a stand-in, the config as evaluated (its candidate replaced)
+        # the format evaluated in place of the candidate's own, where this device has no
+        # kernel for it (quantize/formats.py, STAND_INS); None: the candidate as declared
+        self.stand_in = stand_in
         self.device = device
         self.candidate_name = candidate
         self.candidate = cfg.candidate(candidate)
@@ -72,12 +76,12 @@ class Plan:
         """Another candidate of the same checked run (a tune trial, whose config adds it),
         judged on a half of the items or on all of them."""
         return Plan(cfg, candidate, self.device, self.policy, self.suites, self.requests,
-                    split)
+                    split, self.stand_in if candidate == self.candidate_name else None)
 
     def at_profile(self, profile: Literal["smoke", "full"]) -> Plan:
         """The same run measuring another profile of its suites (a second look)."""
         return Plan(self.cfg.with_profile(profile), self.candidate_name, self.device,
-                    self.policy, self.suites, self.requests, self.split)
+                    self.policy, self.suites, self.requests, self.split, self.stand_in)
 
     def growing_runs(self) -> set[str]:
         """The suite runs (a guided run under its own name) that have items this
@@ -241,10 +245,23 @@ def plan(cfg: RunConfig, candidate: str, outputs: Outputs, device: str | None = 
     problems = Problems()
     problems.get(lambda: cfg.candidate(candidate))
     problems.raise_any()  # an unknown candidate makes the other checks meaningless
+    cfg, replaced = _with_stand_in(cfg, candidate, device)
     policy, suites = suites_and_policy(cfg, problems)
     requests = problems.get(lambda: _profile_requests(cfg, cfg.load.profile))
     config_problems(cfg, [candidate], device, True, outputs, profiles=[], problems=problems,
                     cluster=cluster)
     problems.raise_any()
     assert policy is not None and requests is not None
-    return Plan(cfg, candidate, device, policy, suites, requests)
+    return Plan(cfg, candidate, device, policy, suites, requests, stand_in=replaced)
+
+
+def _with_stand_in(cfg: RunConfig, name: str, device: str) -> tuple[RunConfig, StandIn | None]:
+    """The config as it will be evaluated: a candidate whose format this device has no
+    kernel for replaced by its stand-in, when it has one (an endpoint candidate is served
+    elsewhere and is never replaced)."""
+    found = None if cfg.endpoints.candidate is not None else \
+        stand_in(name, cfg.candidate(name), device)
+    if found is None:
+        return cfg, None
+    replacement, statement = found
+    return cfg.with_candidate(name, replacement), statement

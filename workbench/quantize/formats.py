@@ -28,8 +28,8 @@ from workbench.quantize.gpu_rules import (
 )
 
 __all__ = [
-    "ServedFormat", "format_of_candidate", "format_of_checkpoint", "group_size_problems",
-    "runs_as", "serve_args_for", "unsupported_reason",
+    "STAND_INS", "ServedFormat", "StandIn", "format_of_candidate", "format_of_checkpoint",
+    "group_size_problems", "runs_as", "serve_args_for", "stand_in", "unsupported_reason",
 ]
 
 
@@ -238,6 +238,56 @@ def _avx2_reason(fmt: ServedFormat, weight_only: bool) -> str | None:
         return ("an FP8 KV cache needs AVX-512 or AMX on vLLM-CPU, and this CPU has AVX2 "
                 "only; drop the FP8 KV cache here, or serve it on an AVX-512 CPU or a CUDA GPU")
     return None
+
+
+# A format the engine has no kernel for on a class of CPU, and the recipe evaluated in its
+# place there, so that one command still reaches a decision (docs/candidates.md, "What runs
+# where"): on AVX2, vLLM-CPU 0.32 has no int4 kernel at all, and int8 W8A8 is the nearest
+# format it serves (the same GPTQ weights, at 8 bits, with int8 activations).
+STAND_INS: dict[tuple[str, str], str] = {("w4a16", "avx2"): "w8a8-int8"}
+
+
+@dataclass(frozen=True)
+class StandIn:
+    """A candidate evaluated through another format than its own, and why."""
+
+    candidate: str
+    requested: str   # the recipe the config names
+    requested_format: str
+    evaluated: str   # the recipe built and served instead
+    evaluated_format: str
+    why: str
+
+    def to_dict(self) -> dict[str, str]:
+        return asdict(self)
+
+    @property
+    def line(self) -> str:
+        return (f"{self.candidate}: {self.requested_format} has no kernel here ({self.why}); "
+                f"evaluating {self.evaluated_format} ({self.evaluated}) in its place, the "
+                f"nearest format this CPU serves. The decision is about {self.evaluated_format}"
+                "; for int4 itself use an AVX-512 CPU or a CUDA GPU (docs/candidates.md)")
+
+
+def stand_in(name: str, cand: Candidate, device: str, vector_isa: str | None = None
+             ) -> tuple[Candidate, StandIn] | None:
+    """The candidate to evaluate in place of ``cand`` where the engine has no kernel for
+    its format (STAND_INS), and the statement of it; None where it serves as it is, or is
+    not a built-in recipe (a ready checkpoint or a recipe file is refused instead)."""
+    isa = vector_isa or cpu_vector_isa()
+    recipe = STAND_INS.get((cand.recipe or "", isa)) if device == "cpu" else None
+    if recipe is None or cand.checkpoint or cand.recipe_file or cand.kv_cache_dtype != "auto":
+        return None
+    fmt = format_of_candidate(cand)
+    reason = unsupported_reason(fmt, device, isa) if fmt else None
+    if fmt is None or reason is None:
+        return None
+    replacement = Candidate(recipe=recipe, ignore=cand.ignore,  # type: ignore[arg-type]
+                            engine_args=cand.engine_args)
+    new = format_of_candidate(replacement)
+    assert new is not None and unsupported_reason(new, device, isa) is None
+    why = reason.split(":")[1].split(";")[0].strip() if ":" in reason else reason
+    return replacement, StandIn(name, cand.recipe or "", fmt.label, recipe, new.label, why)
 
 
 # Decode speed of formats the engine runs only by emulation on a device, measured with

@@ -57,14 +57,17 @@ def run_params(p: Plan, run_dir: Path) -> dict[str, object]:
             "engine_config": cfg.engine.model_dump_json(), "suites": ",".join(cfg.suites),
             "profile": cfg.profile, "load_profile": cfg.load.profile,
             "load": cfg.workload.model_dump_json(), "gates": str(cfg.resolve(cfg.gates)),
-            "run_dir": str(run_dir), **device_params(device_facts(p.device, cfg.engine))}
+            "run_dir": str(run_dir), **device_params(device_facts(p.device, cfg.engine)),
+            **({"stand_in": f"{p.stand_in.evaluated} for {p.stand_in.requested}"}
+               if p.stand_in else {})}
 
 
 def device_params(facts: DeviceFacts) -> dict[str, object]:
     """The GPU a run measured on, as columns the runs table can show and filter on (an
     A100's run beside an H100's); on a CPU only the suites' batch and kernels."""
     out: dict[str, object] = {"suite_in_flight": facts.suite_in_flight,
-                              "batch_invariant": facts.batch_invariant}
+                              "batch_invariant": facts.batch_invariant,
+                              "serve_dtype": facts.serve_dtype}
     if facts.gpus:
         gpus = facts.gpus["gpus"]
         out |= {"gpu": f"{len(gpus)} x {', '.join(sorted({g['name'] for g in gpus}))}",
