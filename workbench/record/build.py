@@ -28,6 +28,7 @@ from workbench.record.sections import (
     EndpointSection,
     EngineSection,
     MlflowSection,
+    StandInJson,
     SuitePair,
     SuiteSummary,
 )
@@ -166,4 +167,5 @@ def build_record(p: Plan, pair: MeasuredPair, report: GateReport, fidelity: dict
         reused={"quantized_artifact": q.cache_hit, **pair.reused},
         plots=_plots(p, pair, run_dir),
         mlflow=mlflow,
+        stand_in=StandInJson(**p.stand_in.to_dict()) if p.stand_in else None,  # type: ignore[typeddict-item]
     )

@@ -14,7 +14,7 @@ from workbench.gate.evidence import GateOutcome
 from workbench.gate.verdict import PolicySection
 from workbench.measure.pair import Role
 from workbench.mechanisms.errors import EXIT_PROMOTE, EXIT_REJECT
-from workbench.mechanisms.host import cpu_model, cpu_vector_isa
+from workbench.mechanisms.host import cpu_model, cpu_vector_isa, native_bf16
 from workbench.record.sections import (
     CostSection,
     DeviceSection,
@@ -26,6 +26,7 @@ from workbench.record.sections import (
     MlflowSection,
     ModelSection,
     QuantizationSection,
+    StandInJson,
     SuitePair,
 )
 from workbench.serve.device import CPU_IN_FLIGHT
@@ -35,6 +36,9 @@ __all__ = ["SCHEMA_VERSION", "SEVERITY", "DecisionRecord", "Role", "Sampling", "
            "gate_counts",
            "host_facts", "quantization_metrics", "record_metrics", "worst_first"]
 
+# 11: the dtype the engine served in (`auto` resolved per device) and whether the CPU has
+# native bf16, the quantiser's compute and stored dtypes, the stand-in format evaluated in
+# place of one this device has no kernel for;
 # 10: the device's GPUs, the suites' requests in flight and batch-invariant kernels; each
 # side's headroom on a GPU (its own processes' memory, what is left of the device) and
 # KV figures the engine may leave unreported (null);
@@ -46,7 +50,7 @@ __all__ = ["SCHEMA_VERSION", "SEVERITY", "DecisionRecord", "Role", "Sampling", "
 # by its parts (id), not only as text; 4: endpoints, hub commit, per-device cost,
 # unmeasurable figures null; 3: every section typed below the top level; 2: policy, plots,
 # kernels. record/migrate.py reads every one of them.
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 
 
 class Sampling(TypedDict):
@@ -93,6 +97,9 @@ class DecisionRecord:
     endpoints: dict[Role, EndpointSection] = field(default_factory=dict)  # sides not served here
     comparability: ComparabilitySection = field(default_factory=lambda: ComparabilitySection(
         checks=[], prefix_cache_at_start={}, candidate_args=[]))
+    # the format evaluated in place of the candidate's own, where this device has no
+    # kernel for it; None: the candidate as the config declares it
+    stand_in: StandInJson | None = None
     schema_version: int = SCHEMA_VERSION
     # the schema versions a stored record was migrated through before it was judged again
     migrated_from: list[int] = field(default_factory=list)
@@ -118,7 +125,8 @@ def host_facts(device: str, facts: dict) -> dict:
             "vector_isa": cpu_vector_isa(), "platform": platform.platform(),
             "python": platform.python_version(), "gpus": facts.get("gpus"),
             "suite_in_flight": facts.get("suite_in_flight", CPU_IN_FLIGHT),
-            "batch_invariant": facts.get("batch_invariant_why", "off")}
+            "batch_invariant": facts.get("batch_invariant_why", "off"),
+            "serve_dtype": facts.get("serve_dtype", "bfloat16"), "native_bf16": native_bf16()}
 
 
 def record_metrics(rec: DecisionRecord) -> dict[str, float]:

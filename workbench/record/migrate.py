@@ -84,10 +84,30 @@ def _v9_to_v10(record: dict) -> dict:
     return record
 
 
+def _v10_to_v11(record: dict) -> dict:
+    device = record.get("device")
+    if device:  # 11: the serving dtype, read from the engine command when it is there
+        device.setdefault("serve_dtype", _served_dtype(record))
+        device.setdefault("native_bf16", False)  # not probed then: not claimed
+    quant = record.get("quantization")
+    if quant and quant.get("source") == "built":  # every build before computed in bf16
+        quant.setdefault("compute_dtype", "bfloat16")
+        quant.setdefault("stored_dtype", "bfloat16")
+    record.setdefault("stand_in", None)  # none was made before
+    return record
+
+
+def _served_dtype(record: dict) -> str:
+    command = (record.get("engine") or {}).get("candidate_command") or []
+    if "--dtype" in command[:-1]:
+        return str(command[command.index("--dtype") + 1])
+    return "bfloat16"  # the config's default before `auto`
+
+
 # version -> the step that brings a record of that version to the next
 STEPS: dict[int, Callable[[dict], dict]] = {2: _v2_to_v3, 3: _v3_to_v4, 4: _v4_to_v5,
                                             5: _v5_to_v6, 6: _v6_to_v7, 7: _v7_to_v8,
-                                            8: _v8_to_v9, 9: _v9_to_v10}
+                                            8: _v8_to_v9, 9: _v9_to_v10, 10: _v10_to_v11}
 
 
 def migrate(record: dict, current: int) -> tuple[dict, list[int]]:

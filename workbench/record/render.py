@@ -19,6 +19,7 @@ from workbench.record.decision import SEVERITY, DecisionRecord, worst_first
 from workbench.record.policy_text import MARK as _MARK
 from workbench.record.policy_text import gate_mark, headlines, policy_lines
 from workbench.record.render_load import load_lines, slo_lines
+from workbench.record.sections import StandInJson
 
 __all__ = ["print_decision", "render_markdown", "render_summary", "write_junit",
            "write_record"]
@@ -161,6 +162,28 @@ def device_text(device: dict) -> str:
             f"{host.get('driver_version', '?')}, CUDA {host.get('cuda_driver_version', '?')})")
 
 
+def _dtype_text(rec: DecisionRecord) -> str:
+    """Both sides' serving dtype, and the quantiser's when it built the candidate."""
+    text = f"served in {rec.device.get('serve_dtype', 'bfloat16')}"
+    compute = rec.quantization.get("compute_dtype")
+    if compute:
+        text += (f"; quantised computing in {compute}, stored as "
+                 f"{rec.quantization.get('stored_dtype', compute)}")
+    if not rec.device.get("native_bf16", True) and rec.device.get("kind") == "cpu":
+        text += " (this CPU has no native bf16)"
+    return text
+
+
+def _stand_in_lines(stand_in: StandInJson | None) -> list[str]:
+    if not stand_in:
+        return []
+    return [f"**Evaluated {stand_in['evaluated_format']} in place of "
+            f"{stand_in['requested_format']}**: {stand_in['requested_format']} has no kernel on "
+            f"this device ({stand_in['why']}); `{stand_in['candidate']}` was built with recipe "
+            f"`{stand_in['evaluated']}` instead of `{stand_in['requested']}`. This decision is "
+            f"about {stand_in['evaluated_format']}, not {stand_in['requested_format']}.", ""]
+
+
 def render_markdown(rec: DecisionRecord) -> str:
     lines = [
         f"# Decision: **{rec.decision.upper()}** — candidate `{rec.candidate}`",
@@ -169,8 +192,10 @@ def render_markdown(rec: DecisionRecord) -> str:
         f"{device_text(dict(rec.device))}, engine vLLM {rec.engine.get('version', '?')}. "
         f"Created {rec.created_at}. Exit code {rec.exit_code}.",
         f"Suites at {rec.device.get('suite_in_flight', 8)} requests in flight; "
-        f"batch-invariant kernels: {rec.device.get('batch_invariant', 'off')}.",
+        f"batch-invariant kernels: {rec.device.get('batch_invariant', 'off')}; "
+        f"{_dtype_text(rec)}.",
         "",
+        *_stand_in_lines(rec.stand_in),
         *_kernel_lines(rec.engine.get("kernels", {})),
         *[line for kind, text in headlines(rec.policy, rec.gates)
           for line in (text if kind == "looks" else f"**{text}**", "")],
@@ -224,6 +249,7 @@ def render_summary(rec: DecisionRecord) -> str:
     counts = {s: sum(g.status == s for g in rec.gates) for s in SEVERITY}
     lines = [f"### quant-workbench: **{rec.decision.upper()}** — `{rec.model.get('name')}` "
              f"candidate `{rec.candidate}` on {rec.device.get('kind')}", "",
+             *_stand_in_lines(rec.stand_in),
              ", ".join(f"{n} {_MARK[s].lower()}" for s, n in counts.items() if n)
              + f" · exit code {rec.exit_code}", ""]
     for kind, text in headlines(rec.policy, rec.gates):
@@ -271,7 +297,9 @@ _STYLE = {"pass": "green", "fail": "red", "inconclusive": "yellow", "not_applica
 
 
 def print_decision(rec: DecisionRecord, console: Console) -> None:
-    table = Table(title=f"{rec.candidate} vs baseline — decision: {rec.decision.upper()}")
+    evaluated = f" (as {rec.stand_in['evaluated_format']})" if rec.stand_in else ""
+    table = Table(title=f"{rec.candidate}{evaluated} vs baseline — decision: "
+                        f"{rec.decision.upper()}")
     table.add_column("gate")
     table.add_column("result")
     table.add_column("evidence", overflow="fold")
@@ -283,6 +311,8 @@ def print_decision(rec: DecisionRecord, console: Console) -> None:
     style = {"defect": "bold red", "undersized": "bold yellow", "looks": "default"}
     for kind, text in headlines(rec.policy, rec.gates):
         console.print(f"[{style[kind]}]{escape(text)}[/]")
+    for line in _stand_in_lines(rec.stand_in)[:1]:
+        console.print(f"[bold yellow]{escape(line.replace('**', '').replace('`', ''))}[/]")
 
 
 def write_record(run_dir: Path, rec: DecisionRecord) -> tuple[Path, Path]:

@@ -94,6 +94,20 @@ class DeviceSection(TypedDict):
     gpus: GpusSection | None  # the GPUs the engine could use; None on a CPU
     suite_in_flight: int  # requests each suite kept in flight (serve/device.py)
     batch_invariant: str  # whether the suites ran on vLLM's batch-invariant kernels, and why
+    serve_dtype: str  # the engine's --dtype, `auto` resolved for this device (both sides')
+    native_bf16: bool  # whether the CPU multiplies bf16 in hardware (mechanisms/host.py)
+
+
+class StandInJson(TypedDict):
+    """A candidate evaluated through another format, where this device has no kernel for
+    its own (quantize/formats.py, STAND_INS)."""
+
+    candidate: str
+    requested: str  # the recipe the config names
+    requested_format: str
+    evaluated: str  # the recipe built and served in its place
+    evaluated_format: str
+    why: str
 
 
 class SliceScore(TypedDict):
@@ -193,6 +207,8 @@ class QuantizationSection(TypedDict, total=False):
     wall_time_s: float
     oneshot_s: float
     device: str  # where calibration ran, read from the calibrated model
+    compute_dtype: str  # what the quantiser computed in there (bf16, or float32 on a CPU
+    stored_dtype: str   # without native bf16); what the checkpoint stores, as the baseline
     accelerator: AcceleratorJson | None  # None: on the CPU
     peak_rss_mb: float | None
     peak_gpu_mb: float | None
