@@ -163,3 +163,36 @@ def test_a_rate_search_level_sends_its_seconds_of_arrivals_not_a_burst() -> None
     assert len(at4) == 120 and at4[:24] == s.requests  # the profile's own requests first
     assert _sized(s, 0.5) is s  # 15 s of arrivals is fewer than the profile's 24
     assert _sized(session(None), 4.0).requests == session(None).requests
+
+
+def test_a_level_too_short_to_judge_is_lengthened_rather_than_failed() -> None:
+    """On a slow CPU the lightest rates hold one or two requests a level: the search runs
+    such a level again 2x, then 4x as long, and judges it then (issue 36's AVX2 EPYC ended
+    `held: None` at 0.25/s when it judged them short)."""
+    calls: list[tuple[float, int]] = []
+
+    def run(value: float, _i: int, times: int = 1) -> LevelResult:
+        calls.append((value, times))
+        judged = times >= 2 or value >= 1  # the lightest level needs twice its length
+        lv = level(value, value <= 2)
+        return lv if judged else dataclasses.replace(lv, saturation={
+            "test": "t", "over_saturated": None, "reason": "2 request(s) after the ramp"})
+
+    found, levels = search_capacity(CapacitySearch(start=0.5, resolution=0.5), "request_rate",
+                                    0.5, math.inf, run)
+    assert (0.5, 1) in calls and (0.5, 2) in calls and (0.5, 4) not in calls
+    assert found["held"] == 2 and found["not_held"] == 3
+    first = found["tried"][0]
+    assert first["held"] and first["why"].startswith("run 2x as long")
+    assert len(levels) == len(found["tried"])  # the short run is replaced, not counted
+
+    def never_judged(value: float, _i: int, times: int = 1) -> LevelResult:
+        calls.append((value, times))
+        return dataclasses.replace(level(value, True), saturation={
+            "test": "t", "over_saturated": None, "reason": "1 request(s) after the ramp"})
+
+    calls.clear()
+    found, _ = search_capacity(CapacitySearch(start=1, max_levels=2), "request_rate", 1,
+                               math.inf, never_judged)
+    assert [t for v, t in calls if v == 1] == [1, 2, 4]  # at most 4x, then not held
+    assert found["held"] is None and "too short" in found["tried"][0]["why"]

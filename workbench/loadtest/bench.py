@@ -99,6 +99,7 @@ def level_requests(profile: LoadProfile, trace: Path | None, max_model_len: int
 
 
 SEARCH_SALT = 100  # the capacity search's levels draw prompt tokens apart from the named ones'
+LENGTHENED_SALT = 10_000  # apart from every search level's own salt
 
 MISSED_PROBES = 3  # /health unanswered this many times in a row (5 s timeout each): hung
 
@@ -356,15 +357,14 @@ def _level_seconds(profile: LoadProfile) -> float | None:
     return spec.level_seconds if spec is not None and profile.mode == "rate" else None
 
 
-def _sized(s: Session, value: float) -> Session:
+def _sized(s: Session, value: float, times: int = 1) -> Session:
     """The session a search level sends: at an arrival rate with the search's level_seconds,
     that many seconds of arrivals (the profile's requests first, more drawn the same way);
-    otherwise the profile's requests. A level of a fixed count at a rate the engine cannot
-    sustain ends before a queue has built (docs/load.md, "Capacity at the SLO")."""
+    otherwise the profile's requests; `times` that length, for a level too short to judge
+    (capacity.py). A level of a fixed count at a rate the engine cannot sustain ends before
+    a queue has built (docs/load.md, "Capacity at the SLO")."""
     seconds = _level_seconds(s.profile)
-    if seconds is None:
-        return s
-    n = math.ceil(value * seconds)
+    n = math.ceil(value * seconds * times) if seconds is not None else len(s.requests) * times
     if n <= len(s.requests):
         return s
     more = draw_requests(s.profile, n, s.profile.seed)
@@ -382,11 +382,15 @@ def _top(knob: str, requests: int, named: list[LevelResult]) -> float:
     return requests / min(lifetimes) if lifetimes else math.inf
 
 
-def _search_level(s: Session, out_dir: Path, value: float, index: int) -> LevelResult:
-    """One search level; a level that ends without figures on a live engine did not hold
-    (capacity.LevelFailed), a dead engine ends the load test."""
+def _search_level(s: Session, out_dir: Path, value: float, index: int,
+                  times: int = 1) -> LevelResult:
+    """One search level (`times` its length: capacity.py); a level that ends without
+    figures on a live engine did not hold (capacity.LevelFailed), a dead engine ends the
+    load test."""
     try:
-        return _level(_sized(s, value), value, SEARCH_SALT + index, out_dir)
+        # a lengthened level draws fresh prompts: the shorter run's are in the prefix cache
+        salt = SEARCH_SALT + index + (times - 1) * LENGTHENED_SALT
+        return _level(_sized(s, value, times), value, salt, out_dir)
     except InfraError as err:
         s.check_engine()
         raise LevelFailed(str(err).splitlines()[0][:200]) from err

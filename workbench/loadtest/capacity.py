@@ -29,6 +29,10 @@ from workbench.loadtest.level import LevelResult
 __all__ = ["Capacity", "LevelFailed", "Tried", "held", "next_level", "search_capacity"]
 
 FLOOR_SHARE = 1 / 64  # halving below start / 64 without a level that holds: none does
+# A rate level too short for the saturation test to judge is run again twice as long, then
+# four times: on a slow CPU the lowest levels of a search hold one or two requests each
+# (docs/load.md, "Capacity at the SLO"), which says nothing about a rate either way.
+LENGTHEN_MAX = 4
 
 
 class LevelFailed(Exception):
@@ -70,10 +74,7 @@ def held(level: LevelResult) -> tuple[bool, str]:
     verdict = level.saturation.get("over_saturated")
     if verdict:
         why.append("over-saturated")
-    # an arrival-rate level the saturation test could not judge (its requests arrived
-    # within a few request lifetimes: one burst) proves nothing about the rate; a closed
-    # loop cannot outrun the engine, so its levels need no verdict
-    unjudged = level.request_rate is not None and verdict is None
+    unjudged = too_short_to_judge(level)
     if unjudged:
         why.append("too short to tell a steady rate from a burst ("
                    f"{level.saturation.get('reason', 'not judged')}): more requests per level")
@@ -82,6 +83,24 @@ def held(level: LevelResult) -> tuple[bool, str]:
         return True, (f"p99 TTFT {level.ttft_ms['p99']:.0f} ms, TPOT "
                       f"{level.tpot_ms['p99']:.1f} ms within the SLO")
     return False, "; ".join(why) or "the SLO was not met"
+
+
+def too_short_to_judge(level: LevelResult) -> bool:
+    """An arrival-rate level the saturation test could not judge (its requests arrived
+    within a few request lifetimes: one burst) proves nothing about the rate; a closed
+    loop cannot outrun the engine, so its levels need no verdict."""
+    return level.request_rate is not None and level.saturation.get("over_saturated") is None
+
+
+def _judgeable(run_level: Callable[..., LevelResult], value: float, index: int,
+               level: LevelResult, time_left: Callable[[], bool]) -> tuple[LevelResult, int]:
+    """The level, run again longer (2x, then 4x) while it is too short to judge and the
+    search has time; and how many times its first length it ran."""
+    times = 1
+    while too_short_to_judge(level) and times < LENGTHEN_MAX and time_left():
+        times *= 2
+        level = run_level(value, index, times)
+    return level, times
 
 
 def next_level(tried: Mapping[float, bool], start: float, resolution: float,
@@ -118,13 +137,13 @@ def bracket(tried: Mapping[float, bool]) -> tuple[float | None, float | None]:
 
 
 def search_capacity(spec: CapacitySearch, knob: str, start: float, most: float,
-                    run_level: Callable[[float, int], LevelResult],
+                    run_level: Callable[..., LevelResult],
                     on_level: Callable[[LevelResult, bool, str], None] = lambda *_: None,
                     known: Mapping[float, LevelResult] | None = None
                     ) -> tuple[Capacity, list[LevelResult]]:
-    """Run the search, one level per call of run_level(value, index); the capacity found
-    and every level it ran. `known`: levels of the same knob already measured in this
-    session (the profile's named levels), counted as tried rather than run again."""
+    """Run the search, one level per call of run_level(value, index[, times its length]);
+    the capacity found and every level it ran. `known`: levels of the same knob already
+    measured in this session (the profile's named levels), tried rather than run again."""
     integer = knob == "concurrency"
     began = time.monotonic()
     outcomes: dict[float, bool] = {}
@@ -160,7 +179,11 @@ def search_capacity(spec: CapacitySearch, knob: str, start: float, most: float,
                                named=False))
             stopped = f"a level did not finish ({err})"
             break
+        level, times = _judgeable(run_level, value, len(levels), level,
+                                  lambda: time.monotonic() - began < spec.max_seconds)
         ok, why = held(level)
+        if times > 1:
+            why = f"run {times}x as long, the shorter too short to judge: {why}"
         outcomes[value] = ok
         levels.append(level)
         measured[value] = level
