@@ -163,6 +163,9 @@ def test_a_rate_search_level_sends_its_seconds_of_arrivals_not_a_burst() -> None
     assert len(at4) == 120 and at4[:24] == s.requests  # the profile's own requests first
     assert _sized(s, 0.5) is s  # 15 s of arrivals is fewer than the profile's 24
     assert _sized(session(None), 4.0).requests == session(None).requests
+    # lengthened (too short to judge): the level's own length, twice, with or without time
+    assert len(_sized(s, 0.5, 2).requests) == 48 and len(_sized(s, 4.0, 4).requests) == 480
+    assert len(_sized(session(None), 4.0, 2).requests) == 48
 
 
 def test_a_level_too_short_to_judge_is_lengthened_rather_than_failed() -> None:

@@ -364,7 +364,9 @@ def _sized(s: Session, value: float, times: int = 1) -> Session:
     (capacity.py). A level of a fixed count at a rate the engine cannot sustain ends before
     a queue has built (docs/load.md, "Capacity at the SLO")."""
     seconds = _level_seconds(s.profile)
-    n = math.ceil(value * seconds * times) if seconds is not None else len(s.requests) * times
+    once = max(math.ceil(value * seconds), len(s.requests)) if seconds is not None \
+        else len(s.requests)
+    n = once * times
     if n <= len(s.requests):
         return s
     more = draw_requests(s.profile, n, s.profile.seed)
