@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing_extensions import TypedDict
 
 from workbench.gate.evidence import GateId, GateOutcome
-from workbench.serve.engine import ServerInfo
+from workbench.serve.engine import ServerInfo, command_dtype
 from workbench.suites.results import SuiteResult
 
 __all__ = ["ComparabilityCheck", "ComparabilitySection", "comparability", "device_facts_of",
@@ -136,11 +136,7 @@ def device_facts_of(info: ServerInfo) -> dict[str, str]:
     return {"device": device, "suite_in_flight": str(facts.get("suite_in_flight", 8)),
             "batch_invariant": "on" if facts.get("batch_invariant") else "off",
             # measured before `engine.dtype: auto`: the engine command says, else bf16
-            "serve_dtype": str(facts.get("serve_dtype") or _command_dtype(info.command))}
-
-
-def _command_dtype(command: list[str]) -> str:
-    return command[command.index("--dtype") + 1] if "--dtype" in command[:-1] else "bfloat16"
+            "serve_dtype": str(facts.get("serve_dtype") or command_dtype(info.command))}
 
 
 def comparability(base: ServerInfo | None, cand: ServerInfo | None,

@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from workbench.gate.evidence import GateId
 from workbench.gate.looks import one_look
+from workbench.serve.engine import command_dtype
 
 __all__ = ["FIRST_VERSION", "migrate"]
 
@@ -87,7 +88,8 @@ def _v9_to_v10(record: dict) -> dict:
 def _v10_to_v11(record: dict) -> dict:
     device = record.get("device")
     if device:  # 11: the serving dtype, read from the engine command when it is there
-        device.setdefault("serve_dtype", _served_dtype(record))
+        device.setdefault("serve_dtype", command_dtype(
+            (record.get("engine") or {}).get("candidate_command") or []))
         device.setdefault("native_bf16", False)  # not probed then: not claimed
     quant = record.get("quantization")
     if quant and quant.get("source") == "built":  # every build before computed in bf16
@@ -95,13 +97,6 @@ def _v10_to_v11(record: dict) -> dict:
         quant.setdefault("stored_dtype", "bfloat16")
     record.setdefault("stand_in", None)  # none was made before
     return record
-
-
-def _served_dtype(record: dict) -> str:
-    command = (record.get("engine") or {}).get("candidate_command") or []
-    if "--dtype" in command[:-1]:
-        return str(command[command.index("--dtype") + 1])
-    return "bfloat16"  # the config's default before `auto`
 
 
 # version -> the step that brings a record of that version to the next
