@@ -17,7 +17,8 @@ from __future__ import annotations
 from typing_extensions import TypedDict
 
 from workbench.gate.evidence import GateId, GateOutcome
-from workbench.serve.engine import ServerInfo, command_dtype
+from workbench.serve.device import command_dtype
+from workbench.serve.engine import ServerInfo
 from workbench.suites.results import SuiteResult
 
 __all__ = ["ComparabilityCheck", "ComparabilitySection", "comparability", "device_facts_of",

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from workbench.gate.evidence import GateId
 from workbench.gate.looks import one_look
-from workbench.serve.engine import command_dtype
+from workbench.serve.device import command_dtype
 
 __all__ = ["FIRST_VERSION", "migrate"]
 

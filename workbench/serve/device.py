@@ -17,8 +17,17 @@ from workbench.config.run_config import EngineConfig
 from workbench.mechanisms.gpu import GpuHost, lowest_capability, this_host
 from workbench.mechanisms.host import fast_dtype
 
-__all__ = ["CPU_IN_FLIGHT", "DeviceFacts", "batch_invariant_reason", "default_max_num_seqs",
-           "device_facts", "gpu_identity", "serve_dtype", "suite_in_flight"]
+__all__ = [
+    "CPU_IN_FLIGHT",
+    "DeviceFacts",
+    "batch_invariant_reason",
+    "command_dtype",
+    "default_max_num_seqs",
+    "device_facts",
+    "gpu_identity",
+    "serve_dtype",
+    "suite_in_flight",
+]
 
 # Requests a suite keeps in flight on a CPU, so the engine's batch: a condition of the
 # measurement, not only of its speed. vLLM-CPU's bf16 kernels are not batch-invariant: at
@@ -123,6 +132,12 @@ def serve_dtype(wanted: str, device: str, gpus: GpuHost | None) -> str:
     fast in (mechanisms/host.py, fast_dtype), never vLLM's own `auto` (the checkpoint's
     dtype, bf16 for most models, which a CPU without native bf16 emulates 54x slower)."""
     return wanted if wanted != "auto" else fast_dtype(device, lowest_capability(gpus))
+
+
+def command_dtype(command: list[str]) -> str:
+    """The --dtype an engine command gave; bf16, the config's default before `auto`, when
+    it gave none (a record or measurement made before the dtype was recorded)."""
+    return command[command.index("--dtype") + 1] if "--dtype" in command[:-1] else "bfloat16"
 
 
 def _probe() -> GpuHost | None:

@@ -30,7 +30,6 @@ __all__ = [
     "Endpoint",
     "EngineServer",
     "ServerInfo",
-    "command_dtype",
     "detect_device",
     "engine_command",
     "engine_version",
@@ -105,12 +104,6 @@ def engine_command(
     if device == "cuda":
         cmd += ["--gpu-memory-utilization", str(engine.gpu_memory_utilization)]
     return cmd + list(engine.extra_args) + list(extra)
-
-
-def command_dtype(command: list[str]) -> str:
-    """The --dtype an engine command gave; bf16, the config's default before `auto`, when
-    it gave none (a record or measurement made before the dtype was recorded)."""
-    return command[command.index("--dtype") + 1] if "--dtype" in command[:-1] else "bfloat16"
 
 
 PORT_ATTEMPTS = 3  # engine starts on a fresh port after its port was taken (free_port)
