@@ -4,6 +4,9 @@ the real gates: benchmarks/two_looks.py (docs/gates.md, "Two looks")."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+from typing import cast
+
 import pytest
 
 from workbench.config.gate_policy import GatePolicy, QualityGate
@@ -15,6 +18,11 @@ from workbench.gate.looks import (
     planned_looks,
     second_look_due,
 )
+from workbench.mechanisms.timing import Span
+from workbench.pipeline.look_cost import second_look_seconds, skip_reason
+from workbench.plan.plan import Plan
+from workbench.record.policy_text import looks_line
+from workbench.suites.definition import load_suite
 
 
 def _gate(section: str, subject: str, status: str, informational: bool = False,
@@ -73,3 +81,42 @@ def test_the_record_says_how_many_looks_and_at_what_level() -> None:
     assert second.startswith("Two looks: the smoke sample was inconclusive with no gate "
                              "failed, 2 gate(s) open")
     assert "`look-1/decision.md`" in second
+
+
+def _plan(suites: list[str], bound: float | None) -> Plan:
+    """What look_cost reads of a plan: the sample, the suites and the policy."""
+    cfg = SimpleNamespace(seed=0, profile="smoke")
+    return cast(Plan, SimpleNamespace(
+        cfg=cfg, suites=[load_suite(n) for n in suites],
+        policy=GatePolicy(second_look=True, second_look_max_minutes=bound)))
+
+
+def test_a_second_look_costs_each_suite_scaled_to_every_item_and_the_sessions_again() -> None:
+    p = _plan(["arithmetic", "long-context"], None)
+    grows = len(p.suites[0].sample("full", 0)) / len(p.suites[0].sample("smoke", 0))
+    assert grows > 1 and len(p.suites[1].sample("full", 0)) == len(
+        p.suites[1].sample("smoke", 0))  # long-context has no smaller sample
+    spans = [Span("quantise", "quantise", 0, 400),  # built once: the artifact is cached
+             Span("baseline: engine start", "engine_start", 400, 30),
+             Span("baseline: arithmetic", "suite", 430, 60),
+             Span("baseline: long-context", "suite", 490, 100),
+             Span("baseline: load test", "load", 590, 50),
+             Span("baseline: engine stop", "engine_stop", 640, 1),
+             Span("candidate: arithmetic", "suite", 641, 90),
+             Span("candidate: long-context", "suite", 731, 100),
+             Span("judge and record", "judge", 831, 2)]
+    assert second_look_seconds(p, spans, baseline_cached=False) == pytest.approx(
+        (60 + 90) * grows + 200 + 30 + 50 + 1)
+    # the baseline's full measurement in the cache: only its sessions run again
+    assert second_look_seconds(p, spans, baseline_cached=True) == pytest.approx(
+        90 * grows + 100 + 30 + 50 + 1)
+
+
+def test_a_second_look_over_the_policy_s_bound_is_not_taken_and_the_record_says_why() -> None:
+    assert skip_reason(_plan([], None), 10 * 3600) is None  # no bound: as before
+    assert skip_reason(_plan([], 60), 59 * 60) is None
+    why = skip_reason(_plan([], 60), 4.5 * 3600)
+    assert why is not None and "about 270 min" in why and "second_look_max_minutes (60)" in why
+    looks = {**one_look(0.95, 2, "smoke"), "skipped": why}
+    line = looks_line({"looks": looks})
+    assert "was due, and not taken" in line and "about 270 min" in line and "0.975" in line

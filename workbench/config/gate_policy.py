@@ -234,6 +234,12 @@ class GatePolicy(StrictModel):
         "again on every item (profile full) and judged on them. Both looks are then judged "
         "at half the policy's alpha each (Bonferroni over two looks), so promoting a "
         "candidate worse than a margin stays at most alpha (docs/gates.md, 'Two looks')")
+    second_look_max_minutes: float | None = Field(
+        default=None, gt=0, description="A second look is not taken when it would take "
+        "longer than this on this machine, by the first look's own rates (each suite's "
+        "seconds times its items at full over its items in the sample, plus the first "
+        "look's engine starts and load tests); the decision stays inconclusive and says "
+        "why. Unset: no bound")
     defaults: SuiteDefaults = Field(default_factory=SuiteDefaults, description="The gate of "
                                     "every quality, safety or structured suite no gate names")
     ungated: list[Ungated] = Field(default_factory=list, description="Suites measured but "

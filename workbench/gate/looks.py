@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from typing_extensions import TypedDict
+from typing_extensions import NotRequired, TypedDict
 
 from workbench.config.gate_policy import split_confidence
 from workbench.gate.evidence import GateOutcome
@@ -39,6 +39,8 @@ class Looks(TypedDict):
     confidence_per_look: float  # the level each look was judged at
     profiles: list[str]  # the profile of each look taken
     first_look: FirstLook | None  # when a second look was taken
+    # why a second look that was due was not taken (the policy's second_look_max_minutes)
+    skipped: NotRequired[str]
 
 
 def planned_looks(second_look: bool, growing: Collection[str]) -> int:

@@ -26,10 +26,11 @@ from workbench.gate.looks import (
     second_look_due,
 )
 from workbench.gate.verdict import judge, token_fidelity
-from workbench.measure.pair import ROLES, MeasuredPair, measure_pair
+from workbench.measure.pair import ROLES, MeasuredPair, baseline_entry, measure_pair
 from workbench.mechanisms.errors import InfraError
 from workbench.mechanisms.files import new_run_dir, write_json
 from workbench.mechanisms.timing import current, span, timeline
+from workbench.pipeline.look_cost import second_look_seconds, skip_reason
 from workbench.pipeline.quantize import quantize_planned
 from workbench.plan.plan import Outputs, Plan, plan
 from workbench.record.build import build_record
@@ -130,6 +131,13 @@ def _second_look(p: Plan, first: DecisionRecord, run_dir: Path, console: Console
     if not open_gates:
         return None
     shown = ", ".join(open_gates[:4]) + (" …" if len(open_gates) > 4 else "")
+    skipped = _too_long(p)
+    if skipped is not None:
+        looks["skipped"] = skipped  # the record written next says it
+        console.print(f"[bold]no second look[/]: the {p.cfg.profile} sample left "
+                      f"{len(open_gates)} gate(s) open ({escape(shown)}), but "
+                      f"{escape(skipped)}; the decision stays {first.decision}")
+        return None
     console.print(f"[bold]second look[/]: the {p.cfg.profile} sample left "
                   f"{len(open_gates)} gate(s) open that more items can decide "
                   f"({escape(shown)}) and "
@@ -145,6 +153,14 @@ def _second_look(p: Plan, first: DecisionRecord, run_dir: Path, console: Console
         profiles=[p.cfg.profile, "full"],
         first_look=FirstLook(profile=p.cfg.profile, decision=first.decision,
                              open_gates=open_gates, folder=FIRST_LOOK_DIR))
+
+
+def _too_long(p: Plan) -> str | None:
+    """Why the due second look is not taken (pipeline/look_cost.py); None: it is."""
+    line = current()
+    full_baseline_cached = baseline_entry(p.at_profile("full")).exists()
+    return skip_reason(p, second_look_seconds(p, line.spans if line else [],
+                                              full_baseline_cached))
 
 
 def evaluate_planned(p: Plan, run_dir: Path, console: Console, remeasure: bool = False,

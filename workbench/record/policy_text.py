@@ -69,6 +69,10 @@ def looks_line(policy: PolicySection | dict) -> str:
              "so the chance that a candidate worse than a margin is promoted at either "
              f"look stays at most {(1 - looks['policy_confidence']) / 2:.2%}")
     first = looks.get("first_look")
+    if first is None and looks.get("skipped"):
+        return (f"Judged as the first of two possible looks (the {looks['profiles'][0]} "
+                "sample): a second look at every item was due, and not taken: "
+                f"{looks['skipped']}; {level}")
     if first is None:
         return (f"Judged as the first of two possible looks (the {looks['profiles'][0]} "
                 "sample): every item is measured next only when it is inconclusive with no "
