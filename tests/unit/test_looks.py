@@ -4,6 +4,7 @@ the real gates: benchmarks/two_looks.py (docs/gates.md, "Two looks")."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import SimpleNamespace
 from typing import cast
 
@@ -18,7 +19,7 @@ from workbench.gate.looks import (
     planned_looks,
     second_look_due,
 )
-from workbench.mechanisms.timing import Span
+from workbench.mechanisms.timing import Span, timeline
 from workbench.pipeline.look_cost import second_look_seconds, skip_reason
 from workbench.plan.plan import Plan
 from workbench.record.policy_text import looks_line
@@ -120,3 +121,38 @@ def test_a_second_look_over_the_policy_s_bound_is_not_taken_and_the_record_says_
     looks = {**one_look(0.95, 2, "smoke"), "skipped": why}
     line = looks_line({"looks": looks})
     assert "was due, and not taken" in line and "about 270 min" in line and "0.975" in line
+
+
+def test_evaluate_skips_a_due_second_look_over_the_bound_and_says_so(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from rich.console import Console
+
+    from workbench.pipeline import evaluate
+
+    p = _plan(["arithmetic"], 30)
+    p.growing_runs = lambda: {"arithmetic"}  # type: ignore[method-assign]
+    p.at_profile = lambda profile: p  # type: ignore[method-assign]
+    monkeypatch.setattr(evaluate, "baseline_entry", lambda plan: tmp_path / "not-cached")
+    first = SimpleNamespace(decision="inconclusive", policy={"looks": one_look(0.95, 2, "smoke")},
+                            gates=[_gate("quality", "arithmetic", "inconclusive")])
+    console = Console(record=True, width=300)
+    with timeline() as line:
+        line.spans.append(Span("baseline: arithmetic", "suite", 0, 600))
+        line.spans.append(Span("candidate: arithmetic", "suite", 600, 900))
+        assert evaluate._second_look(p, first, tmp_path, console,  # type: ignore[arg-type]
+                                     remeasure=False) is None
+    skipped = first.policy["looks"]["skipped"]
+    assert "second_look_max_minutes (30)" in skipped
+    text = " ".join(console.export_text().split())
+    assert "no second look" in text and "quality:arithmetic" in text and "stays inconclusive" \
+        in text
+    assert not (tmp_path / "look-1").exists()  # the first look's files stay where they are
+    # under the bound, the same run takes its second look (measured by measure_planned)
+    monkeypatch.setattr(evaluate, "measure_planned", lambda *a: "measured")
+    del first.policy["looks"]["skipped"]
+    p.policy = GatePolicy(second_look=True, second_look_max_minutes=600)
+    with timeline() as line:
+        line.spans.append(Span("baseline: arithmetic", "suite", 0, 600))
+        taken = evaluate._second_look(p, first, tmp_path, console,  # type: ignore[arg-type]
+                                      remeasure=False)
+    assert taken is not None and taken[1] == "measured" and "skipped" not in first.policy["looks"]
