@@ -19,7 +19,7 @@ from workbench.gate.looks import (
     planned_looks,
     second_look_due,
 )
-from workbench.mechanisms.timing import Span, timeline
+from workbench.measure.pair import MeasuredPair
 from workbench.pipeline.look_cost import second_look_seconds, skip_reason
 from workbench.plan.plan import Plan
 from workbench.record.policy_text import looks_line
@@ -86,10 +86,20 @@ def test_the_record_says_how_many_looks_and_at_what_level() -> None:
 
 def _plan(suites: list[str], bound: float | None) -> Plan:
     """What look_cost reads of a plan: the sample, the suites and the policy."""
-    cfg = SimpleNamespace(seed=0, profile="smoke")
+    cfg = SimpleNamespace(seed=0, profile="smoke", load=SimpleNamespace(rounds=2))
     return cast(Plan, SimpleNamespace(
         cfg=cfg, suites=[load_suite(n) for n in suites],
         policy=GatePolicy(second_look=True, second_look_max_minutes=bound)))
+
+
+def _pair(base: dict[str, float], cand: dict[str, float], wall: tuple[float, float]
+          ) -> MeasuredPair:
+    """What look_cost reads of a measured pair: each suite's seconds, each side's wall."""
+    def side(suites: dict[str, float], wall_s: float) -> SimpleNamespace:
+        return SimpleNamespace(wall_time_s=wall_s, suites={
+            name: SimpleNamespace(seconds=sec) for name, sec in suites.items()})
+    return cast(MeasuredPair, SimpleNamespace(baseline=side(base, wall[0]),
+                                              candidate=side(cand, wall[1])))
 
 
 def test_a_second_look_costs_each_suite_scaled_to_every_item_and_the_sessions_again() -> None:
@@ -97,20 +107,14 @@ def test_a_second_look_costs_each_suite_scaled_to_every_item_and_the_sessions_ag
     grows = len(p.suites[0].sample("full", 0)) / len(p.suites[0].sample("smoke", 0))
     assert grows > 1 and len(p.suites[1].sample("full", 0)) == len(
         p.suites[1].sample("smoke", 0))  # long-context has no smaller sample
-    spans = [Span("quantise", "quantise", 0, 400),  # built once: the artifact is cached
-             Span("baseline: engine start", "engine_start", 400, 30),
-             Span("baseline: arithmetic", "suite", 430, 60),
-             Span("baseline: long-context", "suite", 490, 100),
-             Span("baseline: load test", "load", 590, 50),
-             Span("baseline: engine stop", "engine_stop", 640, 1),
-             Span("candidate: arithmetic", "suite", 641, 90),
-             Span("candidate: long-context", "suite", 731, 100),
-             Span("judge and record", "judge", 831, 2)]
-    assert second_look_seconds(p, spans, baseline_cached=False) == pytest.approx(
-        (60 + 90) * grows + 200 + 30 + 50 + 1)
+    # each side's session: its suites, plus 81 s of engine start, load test and stop
+    pair = _pair({"arithmetic": 60, "long-context": 100}, {"arithmetic": 90, "long-context": 100},
+                 (160 + 81, 190 + 81))
+    assert second_look_seconds(p, pair, baseline_cached=False) == pytest.approx(
+        (60 + 90) * grows + 200 + 2 * (81 + 81))  # the sessions once per load round
     # the baseline's full measurement in the cache: only its sessions run again
-    assert second_look_seconds(p, spans, baseline_cached=True) == pytest.approx(
-        90 * grows + 100 + 30 + 50 + 1)
+    assert second_look_seconds(p, pair, baseline_cached=True) == pytest.approx(
+        90 * grows + 100 + 2 * (81 + 81))
 
 
 def test_a_second_look_over_the_policy_s_bound_is_not_taken_and_the_record_says_why() -> None:
@@ -136,11 +140,9 @@ def test_evaluate_skips_a_due_second_look_over_the_bound_and_says_so(
     first = SimpleNamespace(decision="inconclusive", policy={"looks": one_look(0.95, 2, "smoke")},
                             gates=[_gate("quality", "arithmetic", "inconclusive")])
     console = Console(record=True, width=300)
-    with timeline() as line:
-        line.spans.append(Span("baseline: arithmetic", "suite", 0, 600))
-        line.spans.append(Span("candidate: arithmetic", "suite", 600, 900))
-        assert evaluate._second_look(p, first, tmp_path, console,  # type: ignore[arg-type]
-                                     remeasure=False) is None
+    pair = _pair({"arithmetic": 600}, {"arithmetic": 900}, (700, 1000))
+    assert evaluate._second_look(p, pair, first, tmp_path, console,  # type: ignore[arg-type]
+                                 remeasure=False) is None
     skipped = first.policy["looks"]["skipped"]
     assert "second_look_max_minutes (30)" in skipped
     text = " ".join(console.export_text().split())
@@ -151,8 +153,6 @@ def test_evaluate_skips_a_due_second_look_over_the_bound_and_says_so(
     monkeypatch.setattr(evaluate, "measure_planned", lambda *a: "measured")
     del first.policy["looks"]["skipped"]
     p.policy = GatePolicy(second_look=True, second_look_max_minutes=600)
-    with timeline() as line:
-        line.spans.append(Span("baseline: arithmetic", "suite", 0, 600))
-        taken = evaluate._second_look(p, first, tmp_path, console,  # type: ignore[arg-type]
-                                      remeasure=False)
+    taken = evaluate._second_look(p, _pair({"arithmetic": 600}, {}, (700, 0)), first,
+                                  tmp_path, console, remeasure=False)  # type: ignore[arg-type]
     assert taken is not None and taken[1] == "measured" and "skipped" not in first.policy["looks"]

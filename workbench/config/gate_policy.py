@@ -237,9 +237,9 @@ class GatePolicy(StrictModel):
     second_look_max_minutes: float | None = Field(
         default=None, gt=0, description="A second look is not taken when it would take "
         "longer than this on this machine, by the first look's own rates (each suite's "
-        "seconds times its items at full over its items in the sample, plus the first "
-        "look's engine starts and load tests); the decision stays inconclusive and says "
-        "why. Unset: no bound")
+        "seconds times its items at full over its items in the sample, plus each side's "
+        "engine start, load test and stop once per load round); the decision stays "
+        "inconclusive and says why. Unset: no bound")
     defaults: SuiteDefaults = Field(default_factory=SuiteDefaults, description="The gate of "
                                     "every quality, safety or structured suite no gate names")
     ungated: list[Ungated] = Field(default_factory=list, description="Suites measured but "

@@ -121,8 +121,8 @@ def _first_look(p: Plan, handed_over: bool) -> Looks:
     return one_look(p.policy.confidence, planned, p.cfg.profile)
 
 
-def _second_look(p: Plan, first: DecisionRecord, run_dir: Path, console: Console,
-                 remeasure: bool) -> tuple[Plan, MeasuredPair, Looks] | None:
+def _second_look(p: Plan, pair: MeasuredPair, first: DecisionRecord, run_dir: Path,
+                 console: Console, remeasure: bool) -> tuple[Plan, MeasuredPair, Looks] | None:
     """Every item measured, when the first look left gates open that more items could
     decide and failed none (gate/looks.py); the first look's measurements and record are
     kept in look-1/. None when no second look is due."""
@@ -131,7 +131,7 @@ def _second_look(p: Plan, first: DecisionRecord, run_dir: Path, console: Console
     if not open_gates:
         return None
     shown = ", ".join(open_gates[:4]) + (" …" if len(open_gates) > 4 else "")
-    skipped = _too_long(p)
+    skipped = _too_long(p, pair)
     if skipped is not None:
         looks["skipped"] = skipped  # the record written next says it
         console.print(f"[bold]no second look[/]: the {p.cfg.profile} sample left "
@@ -155,12 +155,10 @@ def _second_look(p: Plan, first: DecisionRecord, run_dir: Path, console: Console
                              open_gates=open_gates, folder=FIRST_LOOK_DIR))
 
 
-def _too_long(p: Plan) -> str | None:
+def _too_long(p: Plan, pair: MeasuredPair) -> str | None:
     """Why the due second look is not taken (pipeline/look_cost.py); None: it is."""
-    line = current()
     full_baseline_cached = baseline_entry(p.at_profile("full")).exists()
-    return skip_reason(p, second_look_seconds(p, line.spans if line else [],
-                                              full_baseline_cached))
+    return skip_reason(p, second_look_seconds(p, pair, full_baseline_cached))
 
 
 def evaluate_planned(p: Plan, run_dir: Path, console: Console, remeasure: bool = False,
@@ -192,7 +190,7 @@ def _evaluate(p: Plan, run_dir: Path, console: Console, remeasure: bool,
             pair = measure()
             rec = _judge_and_record(p, pair, run_dir, tracker,
                                     _first_look(p, handed_over=measured is not None))
-            looked_again = _second_look(p, rec, run_dir, console, remeasure)
+            looked_again = _second_look(p, pair, rec, run_dir, console, remeasure)
             if looked_again is not None:
                 p, pair, looks = looked_again
                 rec = _judge_and_record(p, pair, run_dir, tracker, looks)

@@ -1,26 +1,23 @@
-"""What a second look would cost on this machine, from the first look's own spans.
+"""What a second look would cost on this machine, from the first look's own measurements.
 
 A second look measures every item (gate/looks.py). Where the first look's suites already
-took most of an hour (a 2-core CPU without native bf16: docs/benchmarks.md, "Compute
-dtype and the int4 stand-in on an AVX2 CPU"), every item takes hours, and a run that a CI
-job waits on never ends. The policy's
-`second_look_max_minutes` bounds it; this module says how long it would take: each suite
-run's first-look seconds scaled by its items at full over its items in the sample, the
-baseline's left out when its full measurement is already cached, plus the engine starts,
-load tests and stops, which a second look runs again.
+took most of an hour (a 2-core CPU without native bf16: docs/benchmarks.md, "Compute dtype
+and the int4 stand-in on an AVX2 CPU"), every item takes hours, and a run that a CI job
+waits on never ends. The policy's `second_look_max_minutes` bounds it; this module says how
+long it would take. Each suite run's seconds (SuiteResult.seconds) are scaled by its items
+at full over its items in the sample; the baseline's are left out when its full
+measurement is already cached. The rest of each side's session (engine start, load test,
+stop) is added once per load round, since a second look runs those again. The figures come
+with the measured pair, so a first look taken from the cache is priced as one measured now.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
-from workbench.mechanisms.timing import Span
+from workbench.measure.measurement import Measurement
+from workbench.measure.pair import MeasuredPair
 from workbench.plan.plan import Plan
 
 __all__ = ["second_look_seconds", "skip_reason"]
-
-# the span kinds of a measurement that a second look repeats as they were
-_REPEATED = ("engine_start", "load", "engine_stop")
 
 
 def _growth(p: Plan) -> dict[str, float]:
@@ -30,18 +27,20 @@ def _growth(p: Plan) -> dict[str, float]:
             for s in p.suites for name, _ in s.spec.runs()}
 
 
-def second_look_seconds(p: Plan, spans: Iterable[Span], baseline_cached: bool) -> float:
-    """The seconds a second look would take, by the first look's rates (spans named
-    "<role>: <suite run>", as measure/measurement.py names them)."""
-    growth = _growth(p)
-    total = 0.0
-    for sp in spans:
-        role, _, run = sp.name.partition(": ")
-        if sp.kind == "suite" and not (role == "baseline" and baseline_cached):
-            total += sp.seconds * growth.get(run, 1.0)
-        elif sp.kind in _REPEATED:
-            total += sp.seconds
-    return total
+def _side_seconds(m: Measurement, growth: dict[str, float], rounds: int,
+                  suites_cached: bool) -> float:
+    suites = sum(r.seconds for r in m.suites.values())
+    sessions = max(0.0, m.wall_time_s - suites) * rounds
+    if suites_cached:
+        return sessions
+    return sessions + sum(r.seconds * growth.get(name, 1.0) for name, r in m.suites.items())
+
+
+def second_look_seconds(p: Plan, pair: MeasuredPair, baseline_cached: bool) -> float:
+    """The seconds a second look would take, by the first look's rates."""
+    growth, rounds = _growth(p), max(1, p.cfg.load.rounds)
+    return (_side_seconds(pair.baseline, growth, rounds, baseline_cached)
+            + _side_seconds(pair.candidate, growth, rounds, False))
 
 
 def skip_reason(p: Plan, seconds: float) -> str | None:

@@ -62,6 +62,9 @@ class SuiteResult:
     kind: str = "quality"
     metrics: dict[str, float] = field(default_factory=dict)  # fidelity: perplexity, tokens
     generates: bool = False  # its items are generated text (and carry a health check)
+    # the suite's wall time on its engine (0.0: measured before it was recorded); what a
+    # second look would cost is priced from it (pipeline/look_cost.py)
+    seconds: float = 0.0
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -16,7 +16,7 @@ import json
 import os
 import time
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import httpx
@@ -281,6 +281,7 @@ def run_suite(
     is run once free and once with the engine's schema-guided decoding. headers: sent with
     every request (an endpoint's bearer token); lm-eval reads its key from the environment
     (measure.library_credentials)."""
+    started = time.perf_counter()
     try:
         if suite.lm_task is not None:
             results = _run_lmeval(base_url, model, suite, items, seed, concurrency,
@@ -293,4 +294,5 @@ def run_suite(
             f"lost the engine during suite {suite.name} ({type(err).__name__}: {err}); "
             f"items finished so far are in {sink}"
         ) from err
-    return summarise(suite, results, sink, name)
+    return replace(summarise(suite, results, sink, name),
+                   seconds=round(time.perf_counter() - started, 2))
