@@ -20,6 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from workbench.mechanisms.host import fast_dtype
 from workbench.mechanisms.paths import engine_python, offline_env
 from workbench.serve.engine import SERVE_MODULE, free_port
 
@@ -191,11 +192,12 @@ def private_network(name: str) -> Iterator[list[str]]:
 def vllm_endpoint(model: Path, served: str, log: Path, api_key: str | None = None
                   ) -> Iterator[str]:
     """vLLM's OpenAI-compatible server on 127.0.0.1, as a team deploys one (optionally
-    behind --api-key); stopped afterwards."""
+    behind --api-key), in the float type this CPU computes fast in (bf16 is emulated
+    without AVX512_BF16 or AMX: docs/benchmarks.md, "Compute dtype"); stopped afterwards."""
     port = free_port()
     cmd = [str(engine_python()), "-m", SERVE_MODULE,
            "--model", str(model), "--served-model-name", served, "--host", "127.0.0.1",
-           "--port", str(port), "--max-model-len", "512", "--dtype", "bfloat16",
+           "--port", str(port), "--max-model-len", "512", "--dtype", fast_dtype("cpu"),
            "--enforce-eager"]
     env = {**offline_env(), "VLLM_CPU_KVCACHE_SPACE": "1"}
     if api_key:
