@@ -116,6 +116,10 @@ def check_mlflow_layout(tmp_path: Path, parent, record: dict) -> None:
     version = client.get_model_version_by_alias(reg["registered_model"], reg["alias"])
     assert version.tags["decision"] == record["decision"] and version.tags["candidate"] == QUANTISED
     assert reg["alias"] == ("champion" if record["decision"] == "promote" else "challenger")
+    assert reg["champion_before"] == ""  # the first version of this registered model
+    # decision.md, the run's description in MLflow, names it and what a rollback returns to
+    assert f"Registry: `{reg['registered_model']}` version {reg['version']} is now " \
+        f"`{reg['alias']}`" in parent.data.tags["mlflow.note.content"]
 
 
 def test_quantise_serve_evaluate_gate_record(tiny_config: Path, tmp_path: Path, workbench,

@@ -40,6 +40,37 @@ def test_nested_runs_curves_datasets_and_the_registry(tmp_path: Path) -> None:
     client = mlflow.MlflowClient()
     assert client.get_model_version_by_alias("m", "champion").tags["decision"] == "promote"
     assert str(client.get_model_version_by_alias("m", "challenger").version) == second["version"]
+    # the first champion had none before it; a rejected candidate names the one that stays
+    assert first["champion_before"] == "" and second["champion_before"] == first["version"]
+
+
+def test_a_promotion_keeps_the_champion_it_replaces_as_the_rollback_target(
+        tmp_path: Path) -> None:
+    import mlflow
+
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    with Tracker(TrackingConfig(uri=uri, experiment="t"), "parent", {}) as tracker:
+        v1 = tracker.register_candidate("m", tmp_path.as_uri(), "promote", {})
+        rejected = tracker.register_candidate("m", tmp_path.as_uri(), "reject", {})
+        v3 = tracker.register_candidate("m", tmp_path.as_uri(), "promote", {})
+        # a version that could not be shown good enough moves nothing
+        open_ = tracker.register_candidate("m", tmp_path.as_uri(), "inconclusive", {})
+    client = mlflow.MlflowClient()
+    assert v3["champion_before"] == v1["version"] != v3["version"]
+    assert str(client.get_model_version_by_alias("m", "champion").version) == v3["version"]
+    assert str(client.get_model_version_by_alias("m", "previous-champion").version) == \
+        v1["version"]
+    assert open_["champion_before"] == v3["version"] and open_["alias"] == "challenger"
+    assert rejected["champion_before"] == v1["version"]
+
+    promoted = replace(record("promote"), mlflow={"registry": v3})
+    assert f"Registry: `m` version {v3['version']} is now `champion`; roll back to version " \
+           f"{v1['version']} (alias `previous-champion`)." in render_markdown(promoted)
+    kept = replace(record("reject"), mlflow={"registry": rejected})
+    assert f"version {rejected['version']} is now `challenger`; version {v1['version']} " \
+           "stays `champion`." in render_markdown(kept)
+    first = replace(record("promote"), mlflow={"registry": v1})
+    assert "no earlier champion to roll back to" in render_markdown(first)
 
 
 def _with_gates(rec: DecisionRecord, decision: str, statuses: list[str]) -> DecisionRecord:

@@ -36,6 +36,7 @@ __all__ = ["SCHEMA_VERSION", "SEVERITY", "DecisionRecord", "Role", "Sampling", "
            "gate_counts",
            "host_facts", "quantization_metrics", "record_metrics", "worst_first"]
 
+# 12: the registry's champion before this run (a promotion's rollback target);
 # 11: the dtype the engine served in (`auto` resolved per device) and whether the CPU has
 # native bf16, the quantiser's compute and stored dtypes, the stand-in format evaluated in
 # place of one this device has no kernel for;
@@ -50,7 +51,7 @@ __all__ = ["SCHEMA_VERSION", "SEVERITY", "DecisionRecord", "Role", "Sampling", "
 # by its parts (id), not only as text; 4: endpoints, hub commit, per-device cost,
 # unmeasurable figures null; 3: every section typed below the top level; 2: policy, plots,
 # kernels. record/migrate.py reads every one of them.
-SCHEMA_VERSION = 11
+SCHEMA_VERSION = 12
 
 
 class Sampling(TypedDict):

@@ -19,6 +19,7 @@ from workbench.record.decision import SEVERITY, DecisionRecord, worst_first
 from workbench.record.policy_text import MARK as _MARK
 from workbench.record.policy_text import gate_mark, headlines, policy_lines
 from workbench.record.render_load import load_lines, slo_lines
+from workbench.record.render_rollout import registry_lines
 from workbench.record.sections import StandInJson
 
 __all__ = ["print_decision", "render_markdown", "render_summary", "write_junit",
@@ -199,6 +200,7 @@ def render_markdown(rec: DecisionRecord) -> str:
         *_kernel_lines(rec.engine.get("kernels", {})),
         *[line for kind, text in headlines(rec.policy, rec.gates)
           for line in (text if kind == "looks" else f"**{text}**", "")],
+        *registry_lines(rec.mlflow.get("registry")),
         *([f"Judged again from a record of schema {rec.migrated_from[0]} (migrated through "
            f"{', '.join(map(str, rec.migrated_from))}; what it lacks fails closed).", ""]
           if rec.migrated_from else []),

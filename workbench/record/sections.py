@@ -22,11 +22,10 @@ from workbench.loadtest.results import LoadResult
 from workbench.quantize.formats import ServedFormat
 from workbench.suites.scorers.fidelity import FidelityResult
 
-__all__ = ["AcceleratorJson", "CostSection", "DeviceSection", "EndpointSection", "EngineSection",
-           "FidelityJson",
-           "GpuEntry", "GpusSection",
-           "HeadroomJson", "LoadJson", "MlflowSection", "ModelSection", "PolicySection",
-           "QuantizationSection", "SuitePair", "json_form"]
+__all__ = ["CHALLENGER", "CHAMPION", "PREVIOUS_CHAMPION", "AcceleratorJson", "CostSection",
+           "DeviceSection", "EndpointSection", "EngineSection", "FidelityJson", "GpuEntry",
+           "GpusSection", "HeadroomJson", "LoadJson", "MlflowSection", "ModelSection",
+           "PolicySection", "QuantizationSection", "Registry", "SuitePair", "json_form"]
 
 
 def json_form(kind: type) -> Any:
@@ -246,10 +245,21 @@ class CostSection(TypedDict):
     at_capacity: NotRequired[CapacityCost]
 
 
+# The registry's aliases (docs/rollout.md): the promoted version, the one it replaced (what a
+# rollback returns to), and the last candidate that was not promoted.
+CHAMPION = "champion"
+PREVIOUS_CHAMPION = "previous-champion"
+CHALLENGER = "challenger"
+
+
 class Registry(TypedDict):
     registered_model: str
     version: str
     alias: str
+    # 12: the version that held `champion` when this one was registered ("" when none): after
+    # a promotion the rollback target, kept under the alias `previous-champion`; after any
+    # other outcome the champion that stays (docs/rollout.md)
+    champion_before: NotRequired[str]
 
 
 class MlflowSection(TypedDict, total=False):

@@ -129,6 +129,7 @@ def log_run(tracker: Tracker, rec: DecisionRecord, sides: dict[str, Measurement]
     for role, m in sides.items():
         metrics.update({f"{role}.{k}": v for k, v in m.metrics().items()})
     tracker.log_metrics(metrics)
+    _register(tracker, rec)  # first: the description (decision.md) names the rollback target
     tracker.set_tags({"decision": rec.decision, "gates": gate_counts(rec),
                       RUN_NAME_TAG: run_name(rec), DESCRIPTION_TAG: description(rec)})
     tracker.log_suites(suites)
@@ -138,6 +139,10 @@ def log_run(tracker: Tracker, rec: DecisionRecord, sides: dict[str, Measurement]
                                  metrics.items() if k.startswith(f"{role}.")})
             tracker.log_series(m.load.series())
             tracker.log_steps(m.load.telemetry_steps())
+
+
+def _register(tracker: Tracker, rec: DecisionRecord) -> None:
+    """The candidate as a registered model version; the record keeps what was moved."""
     checkpoint = rec.model.get("candidate_path", "")
     if not checkpoint:
         return  # an endpoint's candidate: already deployed, no artifact here to register

@@ -21,11 +21,20 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
-from typing import Concatenate, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Concatenate, ParamSpec, TypeVar
 
 from workbench.config.run_config import TrackingConfig, tracking_uri
 from workbench.mechanisms.processes import pid_alive
-from workbench.record.sections import MlflowSection, Registry
+from workbench.record.sections import (
+    CHALLENGER,
+    CHAMPION,
+    PREVIOUS_CHAMPION,
+    MlflowSection,
+    Registry,
+)
+
+if TYPE_CHECKING:
+    from mlflow import MlflowClient
 
 __all__ = ["Tracker", "metric_name"]
 
@@ -48,6 +57,16 @@ _NOT_IN_METRIC_NAME = re.compile(r"[^\w\-. :/]", re.ASCII)
 def metric_name(name: str) -> str:
     """The name as MLflow accepts it: other characters become '_'."""
     return _NOT_IN_METRIC_NAME.sub("_", name)
+
+
+def _version_under(client: MlflowClient, model: str, alias: str) -> str:
+    """The version an alias of the registered model points at, or "" when it has none."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        return str(client.get_model_version_by_alias(model, alias).version)
+    except MlflowException:
+        return ""
 
 
 def _tolerant(method: Callable[Concatenate[Tracker, P], R]
@@ -252,7 +271,9 @@ class Tracker:
     def register_candidate(self, model: str, checkpoint: str, decision: str,
                            tags: dict[str, str], move_alias: bool = True) -> Registry:
         """A model version for the candidate, tagged with its decision and its checkpoint;
-        a promotion moves the `champion` alias to it, any other outcome sets `challenger`.
+        a promotion moves the `champion` alias to it and keeps the version it moved from
+        under `previous-champion` (what a rollback returns to); any other outcome sets
+        `challenger` and leaves the champion where it is (docs/rollout.md).
 
         The version's source is the run (runs:/<id>/candidate): a tracking server refuses a
         local path outside the run's artifacts as a source; the checkpoint is a tag."""
@@ -269,9 +290,15 @@ class Tracker:
             tags={**tags, "decision": decision, "checkpoint": checkpoint})
         if not move_alias:  # a sweep's child: the sweep moves `recommended` itself
             return Registry(registered_model=model, version=str(version.version), alias="")
-        alias = "champion" if decision == "promote" else "challenger"
+        before = _version_under(client, model, CHAMPION)
+        alias = CHAMPION if decision == "promote" else CHALLENGER
+        if alias == CHAMPION and before:
+            # kept before the champion moves: a run killed between the two calls leaves
+            # the old champion in place, never a champion with no way back
+            client.set_registered_model_alias(model, PREVIOUS_CHAMPION, before)
         client.set_registered_model_alias(model, alias, version.version)
-        return Registry(registered_model=model, version=str(version.version), alias=alias)
+        return Registry(registered_model=model, version=str(version.version), alias=alias,
+                        champion_before=before)
 
     @_tolerant
     def set_alias(self, model: str, alias: str, version: str) -> None:

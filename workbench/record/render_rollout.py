@@ -1,0 +1,28 @@
+"""decision.md's lines on rolling the candidate out and back (docs/rollout.md)."""
+
+from __future__ import annotations
+
+from workbench.record.sections import CHAMPION, PREVIOUS_CHAMPION, Registry
+
+__all__ = ["registry_lines"]
+
+
+def registry_lines(registry: Registry | None) -> list[str]:
+    """Which registered version now holds `champion`, and what a rollback returns to: the
+    version a promotion replaced (kept under `previous-champion`), or, when the candidate
+    was not promoted, the champion that stays. Nothing for a sweep's child (the sweep
+    moves its own alias) or a run not registered."""
+    if not registry or not registry["alias"]:
+        return []
+    model, version = registry["registered_model"], registry["version"]
+    line = f"Registry: `{model}` version {version} is now `{registry['alias']}`"
+    if "champion_before" not in registry:  # a record from before schema 12
+        return [line + ".", ""]
+    before = registry["champion_before"]
+    if registry["alias"] == CHAMPION:
+        back = (f"roll back to version {before} (alias `{PREVIOUS_CHAMPION}`)" if before
+                else "no earlier champion to roll back to")
+    else:
+        back = (f"version {before} stays `{CHAMPION}`" if before
+                else f"no version holds `{CHAMPION}`")
+    return [f"{line}; {back}.", ""]
