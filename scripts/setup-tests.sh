@@ -2,7 +2,10 @@
 # Set up what the tests need on top of the main job's setup, idempotently: the test-only
 # packages (requirements/test.txt) in the engine environment, and, when run as root on
 # Debian, Chromium for the test that opens the MLflow UI and PostgreSQL for the tests of a
-# shared tracking server (elsewhere those tests are skipped and say why). scripts/test.sh runs this; the main job's scripts/setup.sh does not.
+# shared tracking server (elsewhere those tests are skipped and say why), and Prometheus's
+# promtool for the canary rules tests, unpacked from Debian's package into the cache (no
+# Prometheus server is installed or started). scripts/test.sh runs this; the main job's
+# scripts/setup.sh does not.
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 home=${HOME:-$(getent passwd "$(id -u)" | cut -d: -f6)}
@@ -28,4 +31,15 @@ if ! command -v pg_config >/dev/null && ! ls /usr/lib/postgresql/*/bin/postgres 
   say "installing PostgreSQL (Debian's package) for the shared tracking server tests, once"
   { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql; } \
     >"$cache/postgresql.log" 2>&1 || say "PostgreSQL not installed (see $cache/postgresql.log)"
+fi
+promtool="$cache/tools/promtool"
+if [[ ! -x "$promtool" ]] && ! command -v promtool >/dev/null && command -v apt-get >/dev/null; then
+  say "unpacking promtool from Debian's prometheus package into $cache/tools, once"
+  unpack=$(mktemp -d)
+  { { (cd "$unpack" && apt-get download -qq prometheus) \
+      || { [[ $(id -u) -eq 0 ]] && apt-get update -qq && (cd "$unpack" && apt-get download -qq prometheus); }; } \
+    && dpkg-deb -x "$unpack"/prometheus_*.deb "$unpack/deb" && mkdir -p "$cache/tools" \
+    && cp "$unpack/deb/usr/bin/promtool" "$promtool"; } >"$cache/promtool.log" 2>&1 \
+    || say "promtool not unpacked (see $cache/promtool.log)"
+  rm -rf "$unpack"
 fi

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -15,6 +16,7 @@ import pytest
 from quantised import QUANTISED, QUANTISED_RECIPE, STAND_IN_HERE
 
 from workbench.mechanisms.host import fast_dtype
+from workbench.mechanisms.paths import cache_root
 from workbench.serve.engine import SERVE_MODULE
 
 pytestmark = pytest.mark.integration
@@ -122,6 +124,19 @@ def check_mlflow_layout(tmp_path: Path, parent, record: dict) -> None:
         f"`{reg['alias']}`" in parent.data.tags["mlflow.note.content"]
 
 
+def check_canary_rules(run_dir: Path) -> None:
+    """The rollback trigger of a real run is a rules file Prometheus's promtool accepts,
+    over the names this engine's /metrics used (its server-side latency was read by them)."""
+    rules = (run_dir / "canary-rules.yaml").read_text()
+    assert "vllm:time_to_first_token_seconds_bucket" in rules
+    promtool = shutil.which("promtool") or str(cache_root() / "tools" / "promtool")
+    if not Path(promtool).is_file():
+        pytest.skip("promtool is not installed (scripts/setup-tests.sh unpacks Debian's)")
+    check = subprocess.run([promtool, "check", "rules", str(run_dir / "canary-rules.yaml")],
+                           capture_output=True, text=True, timeout=60)
+    assert check.returncode == 0 and "SUCCESS" in check.stdout, check.stdout + check.stderr
+
+
 def test_quantise_serve_evaluate_gate_record(tiny_config: Path, tmp_path: Path, workbench,
                                              engine_pids) -> None:
     first = workbench("evaluate", "--candidate", QUANTISED, "--config", str(tiny_config),
@@ -227,7 +242,8 @@ def test_quantise_serve_evaluate_gate_record(tiny_config: Path, tmp_path: Path, 
     import mlflow
 
     artifacts = {a.path for a in mlflow.MlflowClient().list_artifacts(runs[0].info.run_id)}
-    assert "decision.json" in artifacts
+    assert {"decision.json", "canary-rules.yaml"} <= artifacts
+    check_canary_rules(record_file.parent)
 
     # second run, nothing changed: the artifact and the pair measured together come from
     # the caches; no engine starts, and the record is the same record

@@ -51,11 +51,12 @@ def default_model_dir() -> Path:
 
 
 def link_shared_cache(scratch: Path) -> Path:
-    """Make ``scratch`` a cache folder that shares this one's environments, models and
-    compile cache but has empty artifact and result caches: a cold run without rebuilding
-    environments. Used by the integration tests and benchmarks/main_job.py."""
+    """Make ``scratch`` a cache folder that shares this one's environments, models,
+    compile cache and test tools (promtool) but has empty artifact and result caches: a
+    cold run without rebuilding environments. Used by the integration tests and
+    benchmarks/main_job.py."""
     scratch.mkdir(parents=True, exist_ok=True)
-    for shared in ("envs", "models", "vllm"):
+    for shared in ("envs", "models", "vllm", "tools"):
         if (cache_root() / shared).exists() and not (scratch / shared).exists():
             (scratch / shared).symlink_to(cache_root() / shared)
     return scratch

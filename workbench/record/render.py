@@ -15,11 +15,12 @@ from rich.markup import escape
 from rich.table import Table
 
 from workbench.mechanisms.files import write_json
+from workbench.record.canary import write_canary_rules
 from workbench.record.decision import SEVERITY, DecisionRecord, worst_first
 from workbench.record.policy_text import MARK as _MARK
 from workbench.record.policy_text import gate_mark, headlines, policy_lines
 from workbench.record.render_load import load_lines, slo_lines
-from workbench.record.render_rollout import registry_lines
+from workbench.record.render_rollout import registry_lines, trigger_lines
 from workbench.record.sections import StandInJson
 
 __all__ = ["print_decision", "render_markdown", "render_summary", "write_junit",
@@ -231,6 +232,7 @@ def render_markdown(rec: DecisionRecord) -> str:
             for who, c in starts.items()) + "."]
     lines += slo_lines(rec)
     lines += _headroom_table(rec.headroom)
+    lines += trigger_lines(rec)
     reused = [k.replace("_", " ") for k, v in rec.reused.items() if v]
     if reused:
         lines += ["", "Reused from cache: " + ", ".join(reused) + "."]
@@ -318,9 +320,11 @@ def print_decision(rec: DecisionRecord, console: Console) -> None:
 
 
 def write_record(run_dir: Path, rec: DecisionRecord) -> tuple[Path, Path]:
+    """decision.json, decision.md and the canary's rollback rules beside them."""
     json_path, md_path = run_dir / "decision.json", run_dir / "decision.md"
     write_json(json_path, rec.to_dict())
     md_path.write_text(render_markdown(rec))
+    write_canary_rules(run_dir, rec)
     return json_path, md_path
 
 

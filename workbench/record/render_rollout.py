@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from workbench.record.canary import CANARY_FILE, canary_rules
+from workbench.record.decision import DecisionRecord
 from workbench.record.sections import CHAMPION, PREVIOUS_CHAMPION, Registry
 
-__all__ = ["registry_lines"]
+__all__ = ["registry_lines", "trigger_lines"]
 
 
 def registry_lines(registry: Registry | None) -> list[str]:
@@ -26,3 +28,14 @@ def registry_lines(registry: Registry | None) -> list[str]:
         back = (f"version {before} stays `{CHAMPION}`" if before
                 else f"no version holds `{CHAMPION}`")
     return [f"{line}; {back}.", ""]
+
+
+def trigger_lines(rec: DecisionRecord) -> list[str]:
+    """The rollback trigger in words: the rules of canary-rules.yaml, each with where its
+    threshold came from."""
+    rules = canary_rules(rec)
+    return ["", f"## Rollback trigger (`{CANARY_FILE}`)", "",
+            "Alerting rules for a canary of this candidate over vLLM's own metrics; a page "
+            "means roll back (docs/rollout.md).", "", *[
+                f"- **{r.alert}** ({r.severity}): {r.summary}; threshold from {r.source}."
+                for r in rules]]
