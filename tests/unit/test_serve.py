@@ -195,7 +195,7 @@ def test_engine_does_not_outlive_a_killed_workbench(tmp_path):
 
 
 def test_the_kernel_path_is_read_from_the_engine_log() -> None:
-    from workbench.serve.engine import kernel_choices
+    from workbench.serve.engine_log import kernel_choices
 
     log = ("(Worker pid=1) INFO 11-30 19:05:49 [compressed_tensors_wNa16.py:138] Using "
            "CPUWNA16LinearKernel for CompressedTensorsWNA16\n"

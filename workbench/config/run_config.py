@@ -22,6 +22,7 @@ from workbench.config.load import (  # re-exported: the run config names them
     LoadConfig,
     LoadProfile,
 )
+from workbench.config.rollout import RolloutConfig
 from workbench.mechanisms.errors import InputError
 from workbench.mechanisms.files import exists
 from workbench.mechanisms.hub import resolve_hub_model
@@ -259,6 +260,7 @@ class RunConfig(StrictModel):
     gates: str = Field(description="Gate policy YAML, relative to the config file")
     tracking: TrackingConfig = TrackingConfig()
     endpoints: EndpointsConfig = EndpointsConfig()
+    rollout: RolloutConfig = RolloutConfig()
 
     # Set by load_config, not by the user.
     source: Path = Field(default=Path("."), exclude=True)

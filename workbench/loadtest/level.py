@@ -21,6 +21,9 @@ class SLOFigures(TypedDict, total=False):
     ttft_p99_ms: float
     tpot_p99_ms: float
     goodput_rps: float
+    # output tokens per second of the requests that met the SLO: what a team pays for
+    # (docs/rollout.md, "Cost"); absent in measurements made before it was recorded
+    good_output_throughput: float
     attainment: float
     meets_slo: bool
 

@@ -193,7 +193,7 @@ def slo_figures(raw: dict, slo: SLO) -> SLOFigures:
     A request meets the SLO when its own TTFT and TPOT are within the targets (failed
     requests never do); goodput is such requests per second. The level meets the SLO when
     its p99 TTFT and TPOT are within the targets and nothing failed."""
-    met = 0
+    met = good_tokens = 0
     sent = _sent(raw)
     for i in sent:
         ttft, latency, out, err = (raw["ttfts"][i], raw["latencies"][i], raw["output_lens"][i],
@@ -201,10 +201,13 @@ def slo_figures(raw: dict, slo: SLO) -> SLOFigures:
         if err or not out:
             continue
         tpot = (latency - ttft) / (out - 1) if out > 1 else 0.0
-        met += 1000 * ttft <= slo.ttft_p99_ms and 1000 * tpot <= slo.tpot_p99_ms
+        if 1000 * ttft <= slo.ttft_p99_ms and 1000 * tpot <= slo.tpot_p99_ms:
+            met, good_tokens = met + 1, good_tokens + out
+    per_second = 1 / raw["duration"] if raw["duration"] else 0.0
     return {
         "ttft_p99_ms": slo.ttft_p99_ms, "tpot_p99_ms": slo.tpot_p99_ms,
-        "goodput_rps": round(met / raw["duration"], 4) if raw["duration"] else 0.0,
+        "goodput_rps": round(met * per_second, 4),
+        "good_output_throughput": round(good_tokens * per_second, 4),
         "attainment": round(met / len(sent), 4) if sent else 0.0,
         "meets_slo": bool(raw["p99_ttft_ms"] <= slo.ttft_p99_ms
                           and raw["p99_tpot_ms"] <= slo.tpot_p99_ms
@@ -219,11 +222,16 @@ def cost_figures(level: LevelResult | None, price_per_hour: float) -> dict:
         return {"price_per_hour": price_per_hour, "level": None, "concurrency": None}
     per_second = price_per_hour / 3600
     good_rps = level.slo.get("goodput_rps", level.request_throughput)
-    return {"price_per_hour": price_per_hour, "level": level.key,
-            "concurrency": level.concurrency,
-            "usd_per_million_output_tokens": round(per_second / level.output_throughput * 1e6,
-                                                   4),
-            "usd_per_good_request": round(per_second / good_rps, 6) if good_rps else None}
+    figures = {"price_per_hour": price_per_hour, "level": level.key,
+               "concurrency": level.concurrency,
+               "usd_per_million_output_tokens": round(
+                   per_second / level.output_throughput * 1e6, 4),
+               "usd_per_good_request": round(per_second / good_rps, 6) if good_rps else None}
+    good_tokens = level.slo.get("good_output_throughput")
+    if good_tokens is not None:  # only tokens of requests that met the SLO count
+        figures["usd_per_million_accepted_tokens"] = (
+            round(per_second / good_tokens * 1e6, 4) if good_tokens else None)
+    return figures
 
 
 def _stats(raw: dict, metric: str) -> dict[str, float]:

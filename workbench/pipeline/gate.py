@@ -21,6 +21,7 @@ from workbench.mechanisms.errors import InputError
 from workbench.record.build import suite_pairs
 from workbench.record.decision import SCHEMA_VERSION, DecisionRecord
 from workbench.record.render import render_markdown, render_summary
+from workbench.record.rollout import rollout_rejudged
 from workbench.record.store import POLICY_FILE, load_record, stored_measurement
 
 __all__ = ["regate", "regate_stored"]
@@ -43,6 +44,7 @@ def regate(run_dir: Path, policy_path: Path | None = None) -> tuple[DecisionReco
     rec.schema_version = SCHEMA_VERSION  # written anew in the current shape
     if base is not None and cand is not None:
         rec.suites = suite_pairs(base.suites, cand.suites, report.suites)
+    rec.rollout = rollout_rejudged(rec)  # its threshold and trigger read the gates
     return rec, policy
 
 

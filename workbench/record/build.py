@@ -23,7 +23,9 @@ from workbench.record.plots import (
     plot_latency_vs_throughput,
     plot_telemetry,
 )
+from workbench.record.rollout import rollout_section
 from workbench.record.sections import (
+    BatchingJson,
     CostSection,
     EndpointSection,
     EngineSection,
@@ -118,7 +120,21 @@ def _engine(p: Plan, base: Measurement, cand: Measurement) -> EngineSection:
             "kernels": {role: m.server.kernels for role, m in sides},
             "cold_start": {role: {"healthy_s": m.server.cold_start_s,
                                   "first_token_s": m.server.first_token_s}
-                           for role, m in sides if not m.server.endpoint}}
+                           for role, m in sides if not m.server.endpoint},
+            "batching": {role: batching for role, m in sides
+                         if (batching := _batching(m.server)) is not None}}
+
+
+def _batching(server: ServerInfo) -> BatchingJson | None:
+    """The batch the engine ran with; None at an endpoint and for a measurement made
+    before the batch limits were recorded."""
+    facts, flags = server.device_facts, server.scheduler
+    if server.endpoint or not facts.get("max_num_seqs"):
+        return None
+    return {"max_num_seqs": facts["max_num_seqs"],
+            "max_num_batched_tokens": facts["max_num_batched_tokens"],
+            "chunked_prefill": flags.get("chunked_prefill"),
+            "prefix_caching": flags.get("prefix_caching")}
 
 
 def endpoint_section(ep: EndpointConfig | None, server: ServerInfo) -> EndpointSection:
@@ -134,7 +150,7 @@ def build_record(p: Plan, pair: MeasuredPair, report: GateReport, fidelity: dict
                  run_dir: Path, mlflow: MlflowSection) -> DecisionRecord:
     q, base, cand = pair.artifact, pair.baseline, pair.candidate
     sides: tuple[tuple[Role, Measurement], ...] = (("baseline", base), ("candidate", cand))
-    return DecisionRecord(
+    rec = DecisionRecord(
         decision=report.decision,
         policy=report.policy,
         candidate=p.candidate_name,
@@ -169,3 +185,5 @@ def build_record(p: Plan, pair: MeasuredPair, report: GateReport, fidelity: dict
         mlflow=mlflow,
         stand_in=StandInJson(**p.stand_in.to_dict()) if p.stand_in else None,  # type: ignore[typeddict-item]
     )
+    rec.rollout = rollout_section(rec, p.cfg.rollout)
+    return rec

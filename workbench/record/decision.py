@@ -26,6 +26,7 @@ from workbench.record.sections import (
     MlflowSection,
     ModelSection,
     QuantizationSection,
+    RolloutSection,
     StandInJson,
     SuitePair,
 )
@@ -36,7 +37,9 @@ __all__ = ["SCHEMA_VERSION", "SEVERITY", "DecisionRecord", "Role", "Sampling", "
            "gate_counts",
            "host_facts", "quantization_metrics", "record_metrics", "worst_first"]
 
-# 12: the registry's champion before this run (a promotion's rollback target);
+# 12: the Rollout section (twelve fields, each model's fleet for a declared peak), the
+# engine's batch, the cost per accepted token, the registry's champion before this run (a
+# promotion's rollback target);
 # 11: the dtype the engine served in (`auto` resolved per device) and whether the CPU has
 # native bf16, the quantiser's compute and stored dtypes, the stand-in format evaluated in
 # place of one this device has no kernel for;
@@ -101,6 +104,8 @@ class DecisionRecord:
     # the format evaluated in place of the candidate's own, where this device has no
     # kernel for it; None: the candidate as the config declares it
     stand_in: StandInJson | None = None
+    # 12: the twelve things a rollout goes by (record/rollout.py); None in older records
+    rollout: RolloutSection | None = None
     schema_version: int = SCHEMA_VERSION
     # the schema versions a stored record was migrated through before it was judged again
     migrated_from: list[int] = field(default_factory=list)

@@ -100,8 +100,10 @@ def _v10_to_v11(record: dict) -> dict:
 
 
 def _v11_to_v12(record: dict) -> dict:
-    # 12: the registry's champion before the run; not known for an older record, and left
-    # out rather than claimed empty (decision.md then names no rollback target)
+    # 12: the registry's champion before the run and the engine's batch are not known for
+    # an older record, and left out rather than claimed (decision.md says so); no Rollout
+    # section was written
+    record.setdefault("rollout", None)
     return record
 
 

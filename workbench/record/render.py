@@ -20,7 +20,7 @@ from workbench.record.decision import SEVERITY, DecisionRecord, worst_first
 from workbench.record.policy_text import MARK as _MARK
 from workbench.record.policy_text import gate_mark, headlines, policy_lines
 from workbench.record.render_load import load_lines, slo_lines
-from workbench.record.render_rollout import registry_lines, trigger_lines
+from workbench.record.render_rollout import registry_lines, rollout_lines, trigger_lines
 from workbench.record.sections import StandInJson
 
 __all__ = ["print_decision", "render_markdown", "render_summary", "write_junit",
@@ -212,6 +212,7 @@ def render_markdown(rec: DecisionRecord) -> str:
     ]
     lines += [f"| `{g.gate}` | {gate_mark(g)} | {g.detail} |" for g in worst_first(rec.gates)]
     lines += policy_lines(rec.policy)
+    lines += rollout_lines(rec.rollout)
     lines += _health_table(rec.suites)
     lines += _suite_tables(rec.suites)
     if rec.fidelity:

@@ -4,9 +4,17 @@ from __future__ import annotations
 
 from workbench.record.canary import CANARY_FILE, canary_rules
 from workbench.record.decision import DecisionRecord
-from workbench.record.sections import CHAMPION, PREVIOUS_CHAMPION, Registry
+from workbench.record.sections import CHAMPION, PREVIOUS_CHAMPION, Registry, RolloutSection
 
-__all__ = ["registry_lines", "trigger_lines"]
+__all__ = ["registry_lines", "rollout_lines", "trigger_lines"]
+
+# the twelve fields' names as decision.md shows them
+_TITLES = {"workload": "Workload", "quality_threshold": "Quality threshold",
+           "model_and_precision": "Model and precision",
+           "device_and_replicas": "Device and replicas", "batching": "Batching",
+           "cache": "Cache", "routing_and_fallback": "Routing and fallback", "slo": "SLO",
+           "cost_formula": "Cost", "security": "Security", "telemetry": "Telemetry",
+           "rollback_trigger": "Rollback trigger"}
 
 
 def registry_lines(registry: Registry | None) -> list[str]:
@@ -39,3 +47,14 @@ def trigger_lines(rec: DecisionRecord) -> list[str]:
             "means roll back (docs/rollout.md).", "", *[
                 f"- **{r.alert}** ({r.severity}): {r.summary}; threshold from {r.source}."
                 for r in rules]]
+
+
+def rollout_lines(rollout: RolloutSection | None) -> list[str]:
+    """The Rollout section as a table: what a team ships and pulls back by, and where each
+    line came from (measured, the config, the team's `rollout:` section, or nothing)."""
+    if not rollout:
+        return []
+    lines = ["", "## Rollout", "", "| | | from |", "|---|---|---|"]
+    lines += [f"| {_TITLES.get(key, key)} | {f['text']} | {f['source']} |"
+              for key, f in rollout["fields"].items()]
+    return lines

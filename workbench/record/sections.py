@@ -15,6 +15,7 @@ from typing import Annotated, Any
 from pydantic import GetPydanticSchema
 from typing_extensions import NotRequired, TypedDict
 
+from workbench.config.rollout import RolloutConfig
 from workbench.gate.paired import SliceComparison
 from workbench.gate.verdict import Flips, PolicySection
 from workbench.loadtest.headroom import Headroom
@@ -22,10 +23,11 @@ from workbench.loadtest.results import LoadResult
 from workbench.quantize.formats import ServedFormat
 from workbench.suites.scorers.fidelity import FidelityResult
 
-__all__ = ["CHALLENGER", "CHAMPION", "PREVIOUS_CHAMPION", "AcceleratorJson", "CostSection",
-           "DeviceSection", "EndpointSection", "EngineSection", "FidelityJson", "GpuEntry",
-           "GpusSection", "HeadroomJson", "LoadJson", "MlflowSection", "ModelSection",
-           "PolicySection", "QuantizationSection", "Registry", "SuitePair", "json_form"]
+__all__ = ["CHALLENGER", "CHAMPION", "PREVIOUS_CHAMPION", "AcceleratorJson", "BatchingJson",
+           "CostSection", "DeviceSection", "EndpointSection", "EngineSection", "FidelityJson",
+           "GpuEntry", "GpusSection", "HeadroomJson", "LoadJson", "MlflowSection",
+           "ModelSection", "PolicySection", "QuantizationSection", "Registry", "ReplicaShape",
+           "RolloutField", "RolloutSection", "SuitePair", "json_form"]
 
 
 def json_form(kind: type) -> Any:
@@ -38,6 +40,7 @@ LoadJson = json_form(LoadResult)
 HeadroomJson = json_form(Headroom)
 FidelityJson = json_form(FidelityResult)
 ServedFormatJson: Any = json_form(ServedFormat)
+RolloutDeclaredJson: Any = json_form(RolloutConfig)
 
 
 class HubSection(TypedDict):
@@ -144,6 +147,17 @@ class ColdStart(TypedDict):
     first_token_s: float
 
 
+class BatchingJson(TypedDict):
+    """How the engine batched, a condition of every latency figure (issue 38): its batch
+    limits (configured, or vLLM's defaults for the device: serve/device.py) and the
+    scheduling flags its log stated; None where the log did not say."""
+
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    chunked_prefill: bool | None
+    prefix_caching: bool | None
+
+
 class EngineSection(TypedDict):
     version: str
     config: dict[str, Any]  # config.EngineConfig as written in the config
@@ -153,6 +167,7 @@ class EngineSection(TypedDict):
     candidate_cache: dict[str, str]
     kernels: dict[str, dict[str, str]]  # role -> layer kind -> kernel, from the engine log
     cold_start: dict[str, ColdStart]
+    batching: NotRequired[dict[str, BatchingJson]]  # 12: role -> its batch (not at endpoints)
 
 
 class CalibrationUsed(TypedDict, total=False):
@@ -241,6 +256,8 @@ class CostSection(TypedDict):
     concurrency: int | None
     usd_per_million_output_tokens: NotRequired[float]
     usd_per_good_request: NotRequired[float | None]
+    # 12: per million output tokens of requests that met the SLO (None: none did)
+    usd_per_million_accepted_tokens: NotRequired[float | None]
     price_source: str
     at_capacity: NotRequired[CapacityCost]
 
@@ -274,3 +291,24 @@ class MlflowSection(TypedDict, total=False):
     log_later: str
     logged_later: str
     registry: Registry
+
+
+class RolloutField(TypedDict):
+    text: str  # what a person reads
+    source: str  # measured | config | declared | not declared
+
+
+class ReplicaShape(TypedDict):
+    """One model's fleet for the declared peak, from its capacity at the SLO."""
+
+    devices_per_replica: int
+    capacity_rps: float | None  # requests/s one replica served within the SLO (pessimistic)
+    replicas: int | None  # None: no peak declared, or no capacity measured
+    fleet_price_per_hour: float | None
+    why: str  # how the figure was reached, or why there is none
+
+
+class RolloutSection(TypedDict):
+    fields: dict[str, RolloutField]  # FIELDS, in that order
+    replicas: dict[str, ReplicaShape]  # role -> its fleet
+    declared: RolloutDeclaredJson  # the config's `rollout:` as validated (`gate` rebuilds from it)

@@ -21,7 +21,9 @@ __all__ = [
     "CPU_IN_FLIGHT",
     "DeviceFacts",
     "batch_invariant_reason",
+    "batch_limits",
     "command_dtype",
+    "default_max_num_batched_tokens",
     "default_max_num_seqs",
     "device_facts",
     "gpu_identity",
@@ -58,6 +60,9 @@ class DeviceFacts:
     batch_invariant: bool
     batch_invariant_why: str
     serve_dtype: str = "bfloat16"  # the engine's --dtype, `auto` resolved (serve_dtype())
+    # the engine's batch (batch_limits()); 0 in measurements made before it was recorded
+    max_num_seqs: int = 0
+    max_num_batched_tokens: int = 0
 
     def identity(self) -> dict:
         """What cache keys take: nothing on a CPU (keys made before GPUs were told apart
@@ -95,10 +100,41 @@ def default_max_num_seqs(device: str, gpus: GpuHost | None, world_size: int = 1)
     return 256
 
 
-def _configured_max_num_seqs(engine: EngineConfig) -> int | None:
-    args = " ".join(engine.extra_args)
-    found = re.search(r"--max-num-seqs[= ](\d+)", args)
+def default_max_num_batched_tokens(device: str, gpus: GpuHost | None,
+                                   world_size: int = 1) -> int:
+    """vLLM 0.32's default tokens per scheduler step for its OpenAI server, from the same
+    table (EngineArgs.get_batch_defaults): 2048 per rank on a CPU; on a GPU 16384 with 160
+    GiB or more, 8192 with 70 GiB or more unless it is an A100, else 2048."""
+    if device != "cuda":
+        return 2048 * world_size
+    if not gpus or not gpus.gpus:
+        return 2048
+    first = gpus.gpus[0]
+    if first.memory_total_bytes >= 160 * GiB:
+        return 16384
+    if first.memory_total_bytes >= 70 * GiB and "a100" not in first.name.lower():
+        return 8192
+    return 2048
+
+
+def _configured(engine: EngineConfig, flag: str) -> int | None:
+    found = re.search(rf"{flag}[= ](\d+)", " ".join(engine.extra_args))
     return int(found.group(1)) if found else None
+
+
+def _configured_max_num_seqs(engine: EngineConfig) -> int | None:
+    return _configured(engine, "--max-num-seqs")
+
+
+def batch_limits(device: str, engine: EngineConfig, gpus: GpuHost | None) -> tuple[int, int]:
+    """The engine's batch: sequences and tokens per scheduler step, as configured
+    (engine.extra_args) or vLLM's defaults for this device. vLLM raises the token budget to
+    max_model_len when chunked prefill is off; its log says whether it is on
+    (engine_log.scheduler_flags)."""
+    world = engine.tensor_parallel_size * engine.pipeline_parallel_size
+    return (_configured_max_num_seqs(engine) or default_max_num_seqs(device, gpus, world),
+            _configured(engine, "--max-num-batched-tokens")
+            or default_max_num_batched_tokens(device, gpus, world))
 
 
 def suite_in_flight(device: str, engine: EngineConfig, gpus: GpuHost | None) -> int:
@@ -148,7 +184,9 @@ def device_facts(device: str, engine: EngineConfig) -> DeviceFacts:
     """The device's facts for one engine configuration, probed once per process."""
     gpus = _probe() if device == "cuda" else None
     invariant, why = batch_invariant_reason(device, gpus, engine.batch_invariant)
+    seqs, tokens = batch_limits(device, engine, gpus)
     return DeviceFacts(kind=device, gpus=gpus.to_dict() if gpus else None,
                        suite_in_flight=suite_in_flight(device, engine, gpus),
                        batch_invariant=invariant, batch_invariant_why=why,
-                       serve_dtype=serve_dtype(engine.dtype, device, gpus))
+                       serve_dtype=serve_dtype(engine.dtype, device, gpus),
+                       max_num_seqs=seqs, max_num_batched_tokens=tokens)

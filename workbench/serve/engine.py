@@ -22,7 +22,7 @@ from workbench.mechanisms.paths import cache_root, engine_python, offline_env
 from workbench.mechanisms.processes import free_port, spawn, stop_group
 from workbench.serve.build import engine_distributions, engine_site_packages
 from workbench.serve.device import DeviceFacts, device_facts, serve_dtype
-from workbench.serve.engine_log import kernel_choices, memory_at_load, parse_cache_info, root_cause
+from workbench.serve.engine_log import log_facts, parse_cache_info, root_cause
 
 __all__ = [
     "ENDPOINT_UNMEASURED",
@@ -67,6 +67,7 @@ class ServerInfo:
     cache_info: dict[str, str] = field(default_factory=dict)
     first_token_s: float = 0.0  # process start -> the first generated token received
     kernels: dict[str, str] = field(default_factory=dict)  # kernel_choices(), from the log
+    scheduler: dict[str, bool] = field(default_factory=dict)  # scheduler_flags(), the log
     memory_at_load: dict[str, int] = field(default_factory=dict)  # engine_log.memory_at_load
     # device.DeviceFacts as a dict: the GPU, the suites' batch, batch-invariant kernels
     # ({} at an endpoint, and in measurements made before they were recorded)
@@ -179,7 +180,7 @@ class EngineServer:
         self.info.version = self._get("/version").json().get("version", "")
         self.info.cache_info = parse_cache_info(self.metrics())
         log = self.log_file.read_text(errors="replace")
-        self.info.kernels, self.info.memory_at_load = kernel_choices(log), memory_at_load(log)
+        self.info.kernels, self.info.memory_at_load, self.info.scheduler = log_facts(log)
         return self.info
 
     def _wait_healthy(self, started: float) -> None:

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["kernel_choices", "kernel_uses", "memory_at_load", "parse_cache_info", "root_cause"]
+__all__ = ["kernel_choices", "kernel_uses", "log_facts", "memory_at_load", "parse_cache_info",
+           "root_cause", "scheduler_flags"]
 
 _LABEL = re.compile(r'(\w+)="([^"]*)"')
 # A Python exception line in the engine's log, possibly behind a worker prefix, e.g.
@@ -24,6 +25,19 @@ def root_cause(log_text: str) -> str | None:
     causes = [e for e in errors if not any(w in e for w in _WRAPPERS)]
     found = causes or errors
     return found[-1][:400] if found else None
+
+
+# The engine core's first line on every platform ("Initializing a V1 LLM engine (v0.32.0)
+# with config: model=..., enable_prefix_caching=True, enable_chunked_prefill=True, ...":
+# vllm/v1/engine/core.py) states its scheduling choices as the config resolved them.
+_FLAG = re.compile(r"\b(enable_chunked_prefill|enable_prefix_caching)=(True|False)\b")
+
+
+def scheduler_flags(log_text: str) -> dict[str, bool]:
+    """Chunked prefill and prefix caching as the engine resolved them (its log); empty
+    when the log does not say (an endpoint, a log cut short)."""
+    return {name.removeprefix("enable_"): value == "True"
+            for name, value in _FLAG.findall(log_text)}
 
 
 def parse_cache_info(metrics_text: str) -> dict[str, str]:
@@ -113,3 +127,9 @@ def memory_at_load(log_text: str) -> dict[str, int]:
     if tokens:
         found["kv_cache_tokens"] = int(tokens[-1].replace(",", ""))
     return found
+
+
+def log_facts(log_text: str) -> tuple[dict[str, str], dict[str, int], dict[str, bool]]:
+    """What a started engine's log says of it: its kernels, its memory at load and its
+    scheduling flags."""
+    return kernel_choices(log_text), memory_at_load(log_text), scheduler_flags(log_text)

@@ -21,8 +21,10 @@ __all__ = ["GATED_SECTIONS", "HIGHER_IS_BETTER", "OBJECTIVE_LABEL", "QUALITY_LAB
            "SWEEP_SCHEMA_VERSION", "Delta", "RayTask", "Recommendation", "SweepRecord", "SweepRow",
            "objective_value", "rank", "row_of", "show_objective"]
 
-SWEEP_SCHEMA_VERSION = 4  # 4: how many looks each candidate's decision took; 3: the gates
-# the baseline itself misses; 2: rows say which Ray task measured them; the cluster
+SWEEP_SCHEMA_VERSION = 5
+# 5: a registry entry names the champion before it; 4: how many looks each candidate's
+# decision took; 3: the gates the baseline itself misses; 2: rows say which Ray task
+# measured them
 
 
 HIGHER_IS_BETTER = {"throughput", "kv_capacity"}

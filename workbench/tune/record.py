@@ -26,7 +26,7 @@ from workbench.sweep.table import SweepRecord, SweepRow
 __all__ = ["SCHEMA_FILE", "TUNE_PLOT", "TUNE_SCHEMA_VERSION", "Outcome", "TuneRecord",
            "print_tune", "render_tune", "tune_schema", "write_tune"]
 
-TUNE_SCHEMA_VERSION = 1
+TUNE_SCHEMA_VERSION = 2  # 2: the registry entry names the champion before it
 SCHEMA_FILE = Path(__file__).with_name(f"tune-v{TUNE_SCHEMA_VERSION}.schema.json")
 TUNE_PLOT = "tune.png"
 
