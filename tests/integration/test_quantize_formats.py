@@ -234,7 +234,9 @@ def test_interrupted_quantisation_leaves_nothing_that_looks_complete(
     new = set(artifacts.glob("*")) - before
     assert not any((p / "manifest.json").exists() for p in new)
     assert not [p for p in new if ".partial-" in p.name]  # the scratch folder is removed
-    assert engine_pids("subprocesses/quantize_worker.py") == []
+    # this run's worker, by its job in this session's cache: not another suite's running
+    # beside it on the same machine (the unit tier starts workers of its own)
+    assert engine_pids(f"subprocesses/quantize_worker.py {artifacts}") == []
 
 
 RECIPE_FILE = """
