@@ -18,7 +18,9 @@ from pathlib import Path
 import pytest
 from test_looping_candidate import REPO, cycle_model, single_token_words
 
-pytestmark = pytest.mark.integration
+# four engine sessions (about 4 to 5 minutes on a 2-core CPU): in the slow tier, to hold CI
+# within its 40 minutes; the looks' logic and pricing are unit tests (test_looks.py)
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 CONFIG = """
 model: {{name: talking-llama, path: {talking}}}
