@@ -84,37 +84,31 @@ def gpu_identity(gpus: dict) -> dict:
             "cuda": gpus.get("cuda_driver_version", "")}
 
 
-def default_max_num_seqs(device: str, gpus: GpuHost | None, world_size: int = 1) -> int:
-    """vLLM 0.32's own default batch for its OpenAI server (EngineArgs.get_batch_defaults
-    in vllm/engine/arg_utils.py): 128 per rank on a CPU; on a GPU 1024 with 160 GiB or
-    more, 1024 with 70 GiB or more unless it is an A100, else 256."""
+def _vllm_batch_defaults(device: str, gpus: GpuHost | None, world_size: int) -> tuple[int, int]:
+    """vLLM 0.32's default batch for its OpenAI server, (sequences, tokens per step), from
+    EngineArgs.get_batch_defaults (vllm/engine/arg_utils.py): (128, 2048) per rank on a
+    CPU; on a GPU (1024, 16384) with 160 GiB or more, (1024, 8192) with 70 GiB or more
+    unless it is an A100, else (256, 2048)."""
     if device != "cuda":
-        return 128 * world_size
-    if not gpus or not gpus.gpus:
-        return 256
-    first = gpus.gpus[0]
-    if first.memory_total_bytes >= 160 * GiB:
-        return 1024
-    if first.memory_total_bytes >= 70 * GiB and "a100" not in first.name.lower():
-        return 1024
-    return 256
+        return 128 * world_size, 2048 * world_size
+    first = gpus.gpus[0] if gpus and gpus.gpus else None
+    if first is not None and first.memory_total_bytes >= 160 * GiB:
+        return 1024, 16384
+    if first is not None and first.memory_total_bytes >= 70 * GiB \
+            and "a100" not in first.name.lower():
+        return 1024, 8192
+    return 256, 2048
+
+
+def default_max_num_seqs(device: str, gpus: GpuHost | None, world_size: int = 1) -> int:
+    """vLLM's own default sequences in a batch (_vllm_batch_defaults)."""
+    return _vllm_batch_defaults(device, gpus, world_size)[0]
 
 
 def default_max_num_batched_tokens(device: str, gpus: GpuHost | None,
                                    world_size: int = 1) -> int:
-    """vLLM 0.32's default tokens per scheduler step for its OpenAI server, from the same
-    table (EngineArgs.get_batch_defaults): 2048 per rank on a CPU; on a GPU 16384 with 160
-    GiB or more, 8192 with 70 GiB or more unless it is an A100, else 2048."""
-    if device != "cuda":
-        return 2048 * world_size
-    if not gpus or not gpus.gpus:
-        return 2048
-    first = gpus.gpus[0]
-    if first.memory_total_bytes >= 160 * GiB:
-        return 16384
-    if first.memory_total_bytes >= 70 * GiB and "a100" not in first.name.lower():
-        return 8192
-    return 2048
+    """vLLM's own default tokens per scheduler step (_vllm_batch_defaults)."""
+    return _vllm_batch_defaults(device, gpus, world_size)[1]
 
 
 def _configured(engine: EngineConfig, flag: str) -> int | None:
