@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import pytest
 
 from workbench.config.run_config import SLO
@@ -77,3 +79,50 @@ def test_client_and_server_means_are_compared_within_the_stated_tolerance() -> N
     assert out["tpot"]["within"] is False  # 10 ms apart: above the 5 ms floor and 10%
     close = dataclasses.replace(lv, ttft_ms={**lv.ttft_ms, "mean": 104.0})
     assert agreement(close)["ttft"]["within"] is True
+
+
+def test_latency_by_prompt_length_and_input_throughput() -> None:
+    """Short prompts answer first; a level reports each prompt-length bucket's own TTFT
+    (failed requests in none), and the prompt tokens it processed per second."""
+    from workbench.loadtest.results import by_prompt_length, parse_level
+
+    data = raw([0.05, 0.06, 0.40, 0.90, 0.1], [0.5, 0.6, 1.3, 1.8, 0.1],
+               [10, 10, 10, 10, 0], ["", "", "", "", "timeout"], 900, 100)
+    data.update(input_lens=[64, 100, 300, 3000, 64], total_input_tokens=64 + 100 + 300 + 3000,
+                itls=[[0.05] * 9] * 4 + [[]],
+                completed=4, request_throughput=0.4, output_throughput=4.0,
+                **{f"{s}_{m}_ms": 1.0 for s in ("mean", "p50", "p95", "p99")
+                   for m in ("ttft", "tpot", "itl", "e2el")})
+    buckets = by_prompt_length(data)
+    assert list(buckets) == ["1-128", "129-512", ">2048"]  # no prompt of 513-2048 tokens
+    assert buckets["1-128"]["requests"] == 2  # the failed short one is in no bucket
+    assert buckets["1-128"]["ttft_p50_ms"] == pytest.approx(55)
+    assert buckets[">2048"]["ttft_p99_ms"] == pytest.approx(900)
+    assert buckets["129-512"]["tpot_p50_ms"] == pytest.approx(100)  # (1.3 - 0.4) / 9
+    from workbench.config.run_config import LoadProfile
+
+    level = parse_level(data, LoadProfile(concurrency=[2], num_prompts=5, prompt_tokens=64,
+                                          output_tokens=10), 2, Path("raw.json"))
+    assert level.input_throughput == pytest.approx(346.4)  # 3,464 prompt tokens in 10 s
+    assert level.by_prompt_length == buckets
+
+
+def test_decision_md_shows_tokens_in_and_out_queue_time_and_prompt_buckets() -> None:
+    from dataclasses import replace
+
+    from builders import record
+
+    from workbench.record.render import render_markdown
+
+    rec = record("promote")
+    level = {**rec.load["candidate"]["levels"][0], "input_throughput": 300.0,
+             "by_prompt_length": {"1-128": {"requests": 8, "ttft_p50_ms": 40.0,
+                                            "ttft_p99_ms": 90.0, "tpot_p50_ms": 12.5}},
+             "server": {"latency": {"queue_ms": {"p50": 2.0, "p99": 7.0}}}}
+    rec = replace(rec, load={**rec.load, "candidate": {**rec.load["candidate"],
+                                                       "levels": [level]}})
+    md = render_markdown(rec)
+    assert "| 300.0 / 50.0 / 350.0 |" in md  # in / out / total tokens per second
+    assert "– / 50.0 / –" in md  # the baseline's level, measured before input was counted
+    assert "| 2.0 / 7.0 |" in md  # the engine's queue time, p50 / p99
+    assert "| candidate | c1 | 1-128 | 8 | 40 / 90 | 12.5 |" in md

@@ -12,7 +12,7 @@ from workbench.loadtest.engine_metrics import ServerLevel
 from workbench.loadtest.saturation import Saturation
 from workbench.loadtest.telemetry import Telemetry
 
-__all__ = ["Agreement", "LevelResult", "MeanAgreement", "SLOFigures"]
+__all__ = ["Agreement", "BucketLatency", "LevelResult", "MeanAgreement", "SLOFigures"]
 
 
 class SLOFigures(TypedDict, total=False):
@@ -26,6 +26,15 @@ class SLOFigures(TypedDict, total=False):
     good_output_throughput: float
     attainment: float
     meets_slo: bool
+
+
+class BucketLatency(TypedDict):
+    """The completed requests of one prompt-length bucket at a level."""
+
+    requests: int
+    ttft_p50_ms: float
+    ttft_p99_ms: float
+    tpot_p50_ms: float
 
 
 class MeanAgreement(TypedDict):
@@ -69,6 +78,12 @@ class LevelResult:
     # the engine's state over the level (telemetry.py) and whether it outran the engine
     telemetry: Telemetry = field(default_factory=lambda: Telemetry())
     saturation: Saturation = field(default_factory=lambda: Saturation())
+    # prompt tokens/s (0.0 in measurements made before it was recorded); with the output
+    # tokens, what the engine processed
+    input_throughput: float = 0.0
+    # latency by prompt length (results.PROMPT_BUCKETS): a long prompt's first token waits
+    # for its own prefill, which one percentile over every length hides
+    by_prompt_length: dict[str, BucketLatency] = field(default_factory=dict)
 
     @property
     def key(self) -> str:

@@ -15,14 +15,20 @@ from typing_extensions import TypedDict
 
 from workbench.config.run_config import SLO, LoadProfile
 from workbench.loadtest.capacity import Capacity
-from workbench.loadtest.level import Agreement, LevelResult, MeanAgreement, SLOFigures
+from workbench.loadtest.level import (
+    Agreement,
+    BucketLatency,
+    LevelResult,
+    MeanAgreement,
+    SLOFigures,
+)
 from workbench.loadtest.workload import Request
 
 __all__ = ["AGREEMENT_FLOOR_MS", "AGREEMENT_TOLERANCE", "BOUNDARY", "PERCENTILES",
-           "SERVER_BOUNDARY", "SKIPPED", "Agreement", "GeneratorCeiling", "LevelResult",
-           "LoadResult", "MeanAgreement", "SLOFigures", "Spread", "Workload", "agreement",
-           "cost_figures", "level_label", "parse_level", "per_request_ms", "slo_figures",
-           "workload_summary"]
+           "PROMPT_BUCKETS", "SERVER_BOUNDARY", "SKIPPED", "Agreement", "GeneratorCeiling",
+           "LevelResult", "LoadResult", "MeanAgreement", "SLOFigures", "Spread", "Workload",
+           "agreement", "by_prompt_length", "cost_figures", "level_label", "parse_level",
+           "per_request_ms", "slo_figures", "workload_summary"]
 
 PERCENTILES = (50, 95, 99)
 
@@ -266,6 +272,42 @@ def level_label(profile: LoadProfile, level: float) -> str:
     return f"{prefix}{level:g}"
 
 
+# Upper bounds (prompt tokens) of the buckets latency is also reported by; the last bucket
+# is everything longer.
+PROMPT_BUCKETS = (128, 512, 2048)
+
+
+def _bucket(prompt_tokens: int) -> str:
+    lower = 0
+    for upper in PROMPT_BUCKETS:
+        if prompt_tokens <= upper:
+            return f"{lower + 1}-{upper}"
+        lower = upper
+    return f">{lower}"
+
+
+def by_prompt_length(raw: dict) -> dict[str, BucketLatency]:
+    """TTFT and TPOT of the completed requests per prompt-length bucket, shortest first;
+    only buckets some request fell in."""
+    groups: dict[str, list[tuple[float, float]]] = {}
+    for i in _sent(raw):
+        tokens = raw["output_lens"][i]
+        if raw["errors"][i] or not tokens:
+            continue
+        ttft, latency = raw["ttfts"][i], raw["latencies"][i]
+        tpot = (latency - ttft) / (tokens - 1) if tokens > 1 else 0.0
+        groups.setdefault(_bucket(int(raw["input_lens"][i])), []).append((ttft, tpot))
+    order = [_bucket(b) for b in PROMPT_BUCKETS] + [_bucket(PROMPT_BUCKETS[-1] + 1)]
+    out: dict[str, BucketLatency] = {}
+    for name in (b for b in order if b in groups):
+        ttfts, tpots = (1000 * np.asarray(col) for col in zip(*groups[name], strict=True))
+        out[name] = {"requests": len(ttfts),
+                     "ttft_p50_ms": round(float(np.percentile(ttfts, 50)), 3),
+                     "ttft_p99_ms": round(float(np.percentile(ttfts, 99)), 3),
+                     "tpot_p50_ms": round(float(np.percentile(tpots, 50)), 3)}
+    return out
+
+
 def parse_level(raw: dict, profile: LoadProfile, level: float, raw_file: Path) -> LevelResult:
     sent = _sent(raw)
     failed = sum(1 for i in sent if raw["errors"][i])
@@ -284,6 +326,9 @@ def parse_level(raw: dict, profile: LoadProfile, level: float, raw_file: Path) -
         label=level_label(profile, level),
         request_rate=level if profile.mode == "rate" else None,
         skipped=len(raw["errors"]) - len(sent),
+        input_throughput=round(raw["total_input_tokens"] / raw["duration"], 3)
+        if raw["duration"] else 0.0,
+        by_prompt_length=by_prompt_length(raw),
     )
 
 

@@ -88,6 +88,29 @@ def _agreement_line(levels: list[tuple[str, dict]]) -> str:
             f"{a['server_mean_ms']:.1f} ms.")
 
 
+def _tokens(lv: dict) -> str:
+    """Input, output and total tokens per second; input is unknown ("–") for a level
+    measured before it was recorded."""
+    into, out = lv.get("input_throughput") or 0.0, lv["output_throughput"]
+    return f"{into:.1f} / {out:.1f} / {into + out:.1f}" if into else f"– / {out:.1f} / –"
+
+
+def _bucket_lines(levels: list[tuple[str, dict]]) -> list[str]:
+    """Client-side latency by prompt length at each model's heaviest level: where the
+    prompts differ in length, a long prompt's first token waits for its own prefill."""
+    heaviest = {who: lv for who, lv in levels if lv.get("by_prompt_length")}
+    if not heaviest:
+        return []
+    lines = ["", "By prompt length (client-side, each model's heaviest level):", "",
+             "| model | level | prompt tokens | requests | TTFT p50/p99 ms | TPOT p50 ms |",
+             "|---|---|---|---|---|---|"]
+    for who, lv in heaviest.items():
+        lines += [f"| {who} | {_level_name(lv)} | {bucket} | {b['requests']} | "
+                  f"{b['ttft_p50_ms']:.0f} / {b['ttft_p99_ms']:.0f} | {b['tpot_p50_ms']:.1f} |"
+                  for bucket, b in lv["by_prompt_length"].items()]
+    return lines
+
+
 def load_lines(rec: DecisionRecord) -> list[str]:
     levels = [(who, lv) for who in ("baseline", "candidate")
               for lv in rec.load.get(who, {}).get("levels", [])]
@@ -96,19 +119,21 @@ def load_lines(rec: DecisionRecord) -> list[str]:
     lines += [workload, ""] if workload else []
     lines += ["Client-side: vllm bench serve over HTTP streaming. Server-side: the engine's "
               "/metrics histograms over the same requests (bucketed).", "",
-              "| model | level | req/s | out tok/s | errors | TTFT p50/p99/max ms | "
-              "TPOT p50/p99 ms | ITL p99 ms | E2E p50/p99 ms | server TTFT p50/p99 ms | "
-              "server TPOT p50/p99 ms |",
-              "|---|---|---|---|---|---|---|---|---|---|---|"]
+              "| model | level | req/s | in / out / total tok/s | errors | "
+              "TTFT p50/p99/max ms | TPOT p50/p99 ms | ITL p99 ms | E2E p50/p99 ms | "
+              "server TTFT p50/p99 ms | server TPOT p50/p99 ms | server queue p50/p99 ms |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for who, lv in levels:
         server = lv.get("server", {}).get("latency", {})
         skipped = f" ({lv['skipped']} not sent)" if lv.get("skipped") else ""
         lines.append(
             f"| {who} | {_level_name(lv)} | {lv['request_throughput']:.2f} | "
-            f"{lv['output_throughput']:.1f} | {lv['failed']}{skipped} | "
+            f"{_tokens(lv)} | {lv['failed']}{skipped} | "
             f"{_stats(lv['ttft_ms'], ('p50', 'p99', 'max'))} | {_stats(lv['tpot_ms'])} | "
             f"{_stats(lv['itl_ms'], ('p99',))} | {_stats(lv['e2el_ms'])} | "
-            f"{_stats(server.get('ttft_ms'))} | {_stats(server.get('tpot_ms'))} |")
+            f"{_stats(server.get('ttft_ms'))} | {_stats(server.get('tpot_ms'))} | "
+            f"{_stats(server.get('queue_ms'))} |")
+    lines += _bucket_lines(levels)
     agree = _agreement_line(levels)
     lines += ["", agree] if agree else []
     if rec.device.get("kind") == "cpu":
