@@ -107,6 +107,7 @@ def comparable(record: dict) -> str:
     return json.dumps({**kept, "rows": rows}, sort_keys=True)
 
 
+@pytest.mark.slow  # three engine sessions and a resume, about 6 minutes: CI's 40 minutes
 def test_sweep_ranks_rejects_the_broken_resumes_and_reproduces(
         tiny_model: Path, broken_model: Path, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:

@@ -98,7 +98,7 @@ def test_load_section_shows_both_boundaries_slo_cost_and_headroom(tmp_path: Path
     _, md_path = write_record(tmp_path, rec)
     md = md_path.read_text()
     assert "| 100.0 / 160.0 | 100.0 / 160.0 |" in md  # server-side TTFT and TPOT columns
-    assert "| baseline | c1 | 4.00 | 50.0 | 0 | 80.0 / 19.0 / 20.0 | 16.0 / 19.0 |" in md
+    assert "| baseline | c1 | 4.00 | – / 50.0 / – | 0 | 80.0 / 19.0 / 20.0 | 16.0 / 19.0 |" in md
     assert "SLO: TTFT p99 ≤ 1000 ms, TPOT p99 ≤ 100 ms." in md
     assert "read TPOT and ITL from the server-side columns" in md  # a CPU run
     assert "| baseline | c1 | yes | 1.500 | 0.90 |" in md and "| candidate | c1 | no |" in md
