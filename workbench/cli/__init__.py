@@ -62,9 +62,10 @@ def main() -> None:
 
 
 @main.command()
-@click.option("--load-profile", default=None, metavar="NAME",
+@click.option("--load-profile", default=None, metavar="NAME[,NAME...]",
               help="Measure this named load profile instead of the config's load.profile "
-                   "(built in: interactive, batch).")
+                   "(built in: interactive, batch); several, comma-separated, are each "
+                   "measured in the same engine sessions and gated.")
 @profile_option
 @remeasure_option
 @endpoint_options
@@ -283,7 +284,7 @@ def validate(config_path: str, candidate: str | None, load_profile: str | None,
     console.print(f"[green]ok[/]: {path} — {checked}, {n_suites} suite(s) checked "
                   f"(profile {cfg.profile}: {sum(sizes.values()):,} items per model), gates "
                   f"{cfg.gates}, load profiles {', '.join(sorted(cfg.load.profiles))} "
-                  f"(this run: {cfg.load.profile})")
+                  f"(this run: {', '.join(cfg.load.gated)})")
     console.print("how each suite is judged:\n" + "\n".join(coverage), markup=False)
     return 0
 

@@ -142,6 +142,9 @@ class SLOGate(StrictModel):
     level: str | None = Field(default=None, description="e.g. c8 or r4; default the heaviest")
     min_attainment: float | None = Field(default=None, ge=0, le=1)
     devices: list[Literal["cpu", "cuda"]] = Field(default=["cpu", "cuda"])
+    profiles: list[str] | None = Field(
+        default=None, min_length=1, description="Only these load profiles of the run "
+        "(default: every profile it gates; docs/load.md, 'Several load classes')")
 
 
 class LatencyGate(StrictModel):
@@ -154,6 +157,9 @@ class LatencyGate(StrictModel):
         default=["cpu", "cuda"],
         description="Devices whose measurements this gate judges",
     )
+    profiles: list[str] | None = Field(
+        default=None, min_length=1, description="Only these load profiles of the run "
+        "(default: every profile it gates; docs/load.md, 'Several load classes')")
     informational: bool = Field(
         default=False, description="Judged and shown, not counted in the decision (for "
         "devices whose latency intervals are too wide to decide; docs/gates.md)")
@@ -193,6 +199,9 @@ class CapacityGate(StrictModel):
     min_ratio: float = Field(gt=0, description="Lowest tolerated candidate/baseline ratio")
     devices: list[Literal["cpu", "cuda"]] = Field(default=["cpu", "cuda"])
     informational: bool = Field(default=False, description="Judged and shown, not counted")
+    profiles: list[str] | None = Field(
+        default=None, min_length=1, description="Only these load profiles of the run "
+        "(default: every profile it gates; docs/load.md, 'Several load classes')")
 
 
 SECTIONS = ("quality", "safety", "structured")  # the paired sections, by suite kind
@@ -311,6 +320,16 @@ class GatePolicy(StrictModel):
             return self
         return self.model_copy(update={"confidence": split_confidence(self.confidence,
                                                                       looks)})
+
+    def unknown_profiles(self, known: Mapping[str, object]) -> list[tuple[str, str]]:
+        """(where, name) of each load profile a load gate's `profiles` names that is not
+        in `known` (one known but not gated in a run leaves the gate not applicable)."""
+        named = [*((f"latency[{i}].profiles", g.profiles) for i, g in enumerate(self.latency)),
+                 *((f"slo[{i}].profiles", g.profiles) for i, g in enumerate(self.slo)),
+                 *((f"capacity[{i}].profiles", g.profiles)
+                   for i, g in enumerate(self.capacity))]
+        return [(where, name) for where, profiles in named for name in profiles or []
+                if name not in known]
 
     def judges_something(self) -> bool:
         defaults = any(getattr(self.defaults, k) is not None for k in SECTIONS)

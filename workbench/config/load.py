@@ -225,7 +225,13 @@ class LoadConfig(StrictModel):
     """The named workloads of a config and the one a run measures."""
 
     profile: str = Field(default="interactive", description="The profile this run measures "
-                                                             "(`--load-profile` overrides)")
+                         "(`--load-profile` overrides); a list of names measures and gates "
+                         "each of them in the same engine sessions, the first as the run's "
+                         "own (docs/load.md, 'Several load classes')")
+    also: list[str] = Field(
+        default_factory=list, max_length=3, description="Further profiles measured after "
+        "`profile` in every engine session and gated each against its own SLO; written "
+        "`profile: [first, second, ...]`")
     profiles: dict[str, LoadProfile] = Field(
         default_factory=dict, description="Named workloads; `interactive` and `batch` are "
                                           "built in, and an entry of that name overrides "
@@ -235,6 +241,20 @@ class LoadConfig(StrictModel):
                                             "interleaved baseline, candidate, baseline, ...: "
                                             "latency intervals then include the variance "
                                             "between sessions (docs/gates.md)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _profile_list(cls, data: Any) -> Any:
+        """`profile: [a, b]`: the first is the run's own profile, the rest `also`."""
+        if not isinstance(data, dict) or not isinstance(data.get("profile"), list):
+            return data
+        names = data["profile"]
+        if not names:
+            raise ValueError("profile: an empty list; name at least one load profile")
+        if "also" in data:
+            raise ValueError("give further profiles either in the profile list or in also, "
+                             "not both")
+        return {**data, "profile": names[0], "also": names[1:]}
 
     @model_validator(mode="before")
     @classmethod
@@ -261,18 +281,31 @@ class LoadConfig(StrictModel):
 
     @model_validator(mode="after")
     def _known_profile(self) -> LoadConfig:
-        if self.profile not in self.profiles:
-            raise ValueError(f"unknown load profile {self.profile!r}; known: "
-                             f"{', '.join(sorted(self.profiles))}")
+        for name in self.gated:
+            if name not in self.profiles:
+                raise ValueError(f"unknown load profile {name!r}; known: "
+                                 f"{', '.join(sorted(self.profiles))}")
+        if len(set(self.gated)) != len(self.gated):
+            raise ValueError(f"a load profile is named twice in {self.gated}")
         return self
 
     @property
     def selected(self) -> LoadProfile:
         return self.profiles[self.profile]
 
+    @property
+    def gated(self) -> list[str]:
+        """Every profile this run measures and gates, its own first."""
+        return [self.profile, *self.also]
+
+    @property
+    def further(self) -> dict[str, LoadProfile]:
+        """The profiles measured after the run's own, in order."""
+        return {name: self.profiles[name] for name in self.also}
+
     def declared(self) -> list[str]:
         """The selected profile and every one the config itself sets: a built-in the config
         leaves untouched is sized for a GPU and is not this config's to fit."""
         untouched = {name for name, fields in BUILTIN_PROFILES.items()
                      if self.profiles.get(name) == LoadProfile.model_validate(fields)}
-        return sorted({self.profile} | (set(self.profiles) - untouched))
+        return sorted(set(self.gated) | (set(self.profiles) - untouched))

@@ -273,12 +273,14 @@ class RunConfig(StrictModel):
 
     @model_validator(mode="after")
     def _workload_fits_context(self) -> RunConfig:
-        w = self.load.selected
-        longest = w.longest_request_tokens
-        if not w.trace and longest > self.engine.max_model_len:
+        for name in self.load.gated:
+            w = self.load.profiles[name]
+            longest = w.longest_request_tokens
+            if w.trace or longest <= self.engine.max_model_len:
+                continue
             turns = f", over {w.conversation.turns} conversation turns" if w.conversation else ""
             raise ValueError(
-                f"load.profiles.{self.load.profile}: its longest request ({longest} tokens: "
+                f"load.profiles.{name}: its longest request ({longest} tokens: "
                 f"prompt_tokens up to {w.prompt_tokens.upper} + output_tokens up to "
                 f"{w.output_tokens.upper}{turns}) exceeds engine.max_model_len "
                 f"({self.engine.max_model_len})")
@@ -289,13 +291,17 @@ class RunConfig(StrictModel):
         """The load profile this run measures."""
         return self.load.selected
 
-    def with_load_profile(self, name: str) -> RunConfig:
-        """This config measuring another of its named load profiles."""
-        if name not in self.load.profiles:
-            raise InputError(f"{self.source}: --load-profile {name!r} is not a load profile "
-                             f"of this config; known: {', '.join(sorted(self.load.profiles))}")
+    def with_load_profile(self, names: str) -> RunConfig:
+        """This config measuring other named load profiles: one name, or several separated
+        by commas (the first is the run's own; each is gated)."""
+        wanted = [n.strip() for n in names.split(",")]
+        for name in wanted:
+            if name not in self.load.profiles:
+                raise InputError(
+                    f"{self.source}: --load-profile {name!r} is not a load profile of this "
+                    f"config; known: {', '.join(sorted(self.load.profiles))}")
         data = self.model_dump()
-        data["load"]["profile"] = name
+        data["load"]["profile"], data["load"]["also"] = wanted[0], wanted[1:]
         data["load"]["profiles"] = {k: v.model_dump(exclude_defaults=True)
                                     for k, v in self.load.profiles.items()}
         try:

@@ -56,7 +56,8 @@ class Plan:
 
     def __init__(self, cfg: RunConfig, candidate: str, device: str, policy: GatePolicy,
                  suites: list[Suite], requests: list[Request],
-                 split: ItemSplit | None = None, stand_in: StandIn | None = None) -> None:
+                 split: ItemSplit | None = None, stand_in: StandIn | None = None,
+                 further: dict[str, list[Request]] | None = None) -> None:
         self.cfg = cfg  # with a stand-in, the config as evaluated (its candidate replaced)
         # the format evaluated in place of the candidate's own, where this device has no
         # kernel for it (quantize/formats.py, STAND_INS); None: the candidate as declared
@@ -68,6 +69,8 @@ class Plan:
         self.policy = policy
         self.suites = suites
         self.requests = requests
+        # the requests of each further load profile the run gates (load.also), in order
+        self.further = further or {}
         # judged on one half of every suite's items (tune's search or confirmation); the
         # engine still answers every item of the sample, and the cache keeps them all
         self.split = split
@@ -76,12 +79,14 @@ class Plan:
         """Another candidate of the same checked run (a tune trial, whose config adds it),
         judged on a half of the items or on all of them."""
         return Plan(cfg, candidate, self.device, self.policy, self.suites, self.requests,
-                    split, self.stand_in if candidate == self.candidate_name else None)
+                    split, self.stand_in if candidate == self.candidate_name else None,
+                    self.further)
 
     def at_profile(self, profile: Literal["smoke", "full"]) -> Plan:
         """The same run measuring another profile of its suites (a second look)."""
         return Plan(self.cfg.with_profile(profile), self.candidate_name, self.device,
-                    self.policy, self.suites, self.requests, self.split, self.stand_in)
+                    self.policy, self.suites, self.requests, self.split, self.stand_in,
+                    self.further)
 
     def growing_runs(self) -> set[str]:
         """The suite runs (a guided run under its own name) that have items this
@@ -147,6 +152,10 @@ def suites_and_policy(cfg: RunConfig, problems: Problems
     policy = problems.get(lambda: load_gate_policy(path)) if path is not None else None
     if policy is not None and path is not None and len(suites) == len(cfg.suites):
         problems.extend(policy_problems(policy, path, suites))
+    if policy is not None:
+        problems.extend(f"{path}: {where}: {name!r} is not a load profile of "
+                        f"{cfg.source.name}; known: {', '.join(sorted(cfg.load.profiles))}"
+                        for where, name in policy.unknown_profiles(cfg.load.profiles))
     problems.run(lambda: context_problems(cfg, suites))
     return policy, suites
 
@@ -247,12 +256,16 @@ def plan(cfg: RunConfig, candidate: str, outputs: Outputs, device: str | None = 
     problems.raise_any()  # an unknown candidate makes the other checks meaningless
     cfg, replaced = _with_stand_in(cfg, candidate, device)
     policy, suites = suites_and_policy(cfg, problems)
-    requests = problems.get(lambda: _profile_requests(cfg, cfg.load.profile))
+    requests = {name: problems.get(functools.partial(_profile_requests, cfg, name))
+                for name in cfg.load.gated}
     config_problems(cfg, [candidate], device, True, outputs, profiles=[], problems=problems,
                     cluster=cluster)
     problems.raise_any()
-    assert policy is not None and requests is not None
-    return Plan(cfg, candidate, device, policy, suites, requests, stand_in=replaced)
+    made = {name: r for name, r in requests.items() if r is not None}
+    assert policy is not None and len(made) == len(requests)
+    own, *rest = cfg.load.gated
+    return Plan(cfg, candidate, device, policy, suites, made[own], stand_in=replaced,
+                further={name: made[name] for name in rest})
 
 
 def _with_stand_in(cfg: RunConfig, name: str, device: str) -> tuple[RunConfig, StandIn | None]:

@@ -151,7 +151,7 @@ def _task_plan(config_path: str, profiles: Profiles, candidate: str, device: str
     choices of profile."""
     load_profile, profile = profiles
     cfg = load_config(config_path)
-    if cfg.load.profile != load_profile:
+    if ",".join(cfg.load.gated) != load_profile:
         cfg = cfg.with_load_profile(load_profile)
     if cfg.profile != profile:
         cfg = cfg.with_profile(profile)  # type: ignore[arg-type]  # the driver's, checked
@@ -268,7 +268,7 @@ def fan_out(plans: list[Plan], cluster: Cluster, remeasure: bool, console: Conso
 
     first = plans[0]
     config_path = str(first.cfg.source.resolve())
-    profiles: Profiles = (first.cfg.load.profile, first.cfg.profile)
+    profiles: Profiles = (",".join(first.cfg.load.gated), first.cfg.profile)
     tasks = _Reservations(cluster, {k: os.environ[k] for k in FORWARDED_ENV if k in os.environ})
     running: dict[Any, int] = {}
     try:
