@@ -64,12 +64,17 @@ class Measurement:
     load: LoadResult
     wall_time_s: float
     headroom: dict = field(default_factory=dict)  # headroom.Headroom as a dict
+    # each further load profile the run gates (load.also), measured after `load` in the
+    # same engine sessions; each keeps its own later rounds
+    further_load: dict[str, LoadResult] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
+        further = {"further_load": {k: v.to_dict() for k, v in self.further_load.items()}} \
+            if self.further_load else {}
         return {"role": self.role, "server": asdict(self.server),
                 "suites": {k: v.to_dict() for k, v in self.suites.items()},
                 "load": self.load.to_dict(), "wall_time_s": self.wall_time_s,
-                "headroom": self.headroom}
+                "headroom": self.headroom, **further}
 
     def metrics(self) -> dict[str, float]:
         """This model's figures flattened for MLflow, named alike for every model (the
@@ -83,6 +88,8 @@ class Measurement:
             for s, info in r.slices.items():
                 out[f"{name}.{s}.accuracy"] = info["accuracy"]
         out.update(self.load.metrics())
+        for profile, load in self.further_load.items():
+            out.update({f"{profile}.{k}": v for k, v in load.metrics().items()})
         for figure in ("cold_start_s", "first_token_s"):
             if figure not in self.server.unmeasured:  # an endpoint's is not its to give
                 out[figure] = getattr(self.server, figure)
@@ -95,11 +102,14 @@ class Measurement:
         return cls(role=data["role"], server=ServerInfo(**data["server"]),
                    suites={k: SuiteResult.from_dict(v) for k, v in data["suites"].items()},
                    load=LoadResult.from_dict(data["load"]), wall_time_s=data["wall_time_s"],
-                   headroom=data.get("headroom", {}))
+                   headroom=data.get("headroom", {}),
+                   further_load={k: LoadResult.from_dict(v)
+                                 for k, v in data.get("further_load", {}).items()})
 
 
 def baseline_key(cfg: RunConfig, model_digest: str, suites: list[Suite], device: str,
-                 engine_version: str, requests: list[Request]) -> str:
+                 engine_version: str, requests: list[Request],
+                 further: dict[str, list[Request]] | None = None) -> str:
     facts = device_facts(device, cfg.engine)
     return sha256_json({
         # the dtype the engine really ran in (`auto` resolved for this device): a bf16
@@ -117,6 +127,10 @@ def baseline_key(cfg: RunConfig, model_digest: str, suites: list[Suite], device:
         # a GPU host's type and whether the suites ran batch-invariant (serve/device.py);
         # absent on a CPU, so the keys of CPU baselines measured before stay valid
         **_device_key(facts),
+        # further load profiles (load.also): absent when there are none, as before
+        **({"further_load": {name: [cfg.load.profiles[name].model_dump(),
+                                    [asdict(r) for r in reqs]]
+                             for name, reqs in further.items()}} if further else {}),
     })
 
 
@@ -191,6 +205,24 @@ def library_credentials(api_key: str | None) -> Iterator[None]:
             os.environ["OPENAI_API_KEY"] = saved
 
 
+def _load_test(cfg: RunConfig, name: str, server: EngineServer | Endpoint,
+               requests: list[Request], tokenizer_dir: Path, out_dir: Path, console: Console,
+               role: str, client: LoadClient, ceiling: bool) -> LoadResult:
+    """One load profile's levels (and capacity search) on the running engine; a further
+    profile's files go to load-<name>/ beside the run's own load/."""
+    profile = cfg.load.profiles[name]
+    folder = out_dir / ("load" if name == cfg.load.profile else f"load-{name}")
+    with status(console, f"\\[{role}] load profile {name!r}: warm-up, levels "
+                         f"{', '.join(f'{x:g}' for x in profile.levels)}"):
+        return run_load_test(
+            server.base_url, server.info.served_name, tokenizer_dir, profile,
+            folder, requests, name=name, check_engine=server.check_alive,
+            scrape=server.metrics, on_level=functools.partial(_print_level, console, role),
+            on_searched=functools.partial(_print_searched, console, role), ceiling=ceiling,
+            responsive=server.responsive, stall_s=cfg.engine.request_timeout_s,
+            client=client)
+
+
 def _server(cfg: RunConfig, role: str, model_dir: Path, served: str, extra_args: list[str],
             out_dir: Path, device: str) -> EngineServer | Endpoint:
     """The engine this side is measured on: started here, or the endpoint the config
@@ -221,9 +253,10 @@ def _start(server: EngineServer | Endpoint, role: str, model_dir: Path, device: 
 
 def measure(cfg: RunConfig, role: str, model_dir: Path, served: str, extra_args: list[str],
             suites: list[Suite], requests: list[Request], tokenizer_dir: Path, out_dir: Path,
-            console: Console, device: str, ceiling: bool = True) -> Measurement:
+            console: Console, device: str, ceiling: bool = True,
+            further: dict[str, list[Request]] | None = None) -> Measurement:
     """Start the engine for one model (or attach to its endpoint), run every suite and the
-    load sweep, stop it.
+    load sweep of each profile the run gates (its own, then `further`'s), stop it.
 
     ceiling: also measure the load generator's own limit (once per run is enough)."""
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -243,25 +276,23 @@ def measure(cfg: RunConfig, role: str, model_dir: Path, served: str, extra_args:
                 client.start()  # if not yet: it imports while the suites run
                 suite_results = _run_suites(cfg, server, server.info.served_name, suites,
                                             out_dir, console, tokenizer_dir, role, device)
-                with status(console, f"\\[{role}] load profile {cfg.load.profile!r}: warm-up, "
-                                    f"levels {', '.join(f'{x:g}' for x in cfg.workload.levels)}"), \
-                        span(f"{role}: load test", "load"), \
+                with span(f"{role}: load test", "load"), \
                         apart(pgid if device == "cpu" else None, client.pgid) as placed:
-                    load = run_load_test(
-                        server.base_url, server.info.served_name, tokenizer_dir, cfg.workload,
-                        out_dir / "load", requests, name=cfg.load.profile,
-                        check_engine=server.check_alive, scrape=server.metrics,
-                        on_level=functools.partial(_print_level, console, role),
-                        on_searched=functools.partial(_print_searched, console, role),
-                        ceiling=ceiling, responsive=server.responsive,
-                        stall_s=cfg.engine.request_timeout_s, client=client)
-                    load = dataclasses.replace(load, boundary=f"{load.boundary}; {placed}") \
-                        if placed else load
+                    loads = {name: _load_test(cfg, name, server, reqs, tokenizer_dir, out_dir,
+                                              console, role, client, ceiling and i == 0)
+                             for i, (name, reqs) in enumerate(
+                                 {cfg.load.profile: requests, **(further or {})}.items())}
+                    if placed:
+                        loads = {name: dataclasses.replace(lr, boundary=f"{lr.boundary}; "
+                                                           f"{placed}")
+                                 for name, lr in loads.items()}
+                load = loads.pop(cfg.load.profile)
         # read after the load, when the engine has reported its final cache figures
         final = server.metrics()
         server.info.cache_info = parse_cache_info(final) or server.info.cache_info
         room = headroom(None if attached else model_dir, server.info.cache_info,
-                        load.longest_request_tokens, peaks,
+                        max(lr.longest_request_tokens for lr in (load, *loads.values())),
+                        peaks,
                         int(parse_scrape(final).counters.get("vllm:num_preemptions", 0)),
                         1 if attached else cfg.engine.data_parallel_size,
                         cfg.endpoints.devices(role) if attached else cfg.engine.devices,
@@ -271,7 +302,7 @@ def measure(cfg: RunConfig, role: str, model_dir: Path, served: str, extra_args:
         with span(f"{role}: engine stop", "engine_stop"):
             server.stop()
     result = Measurement(role, server.info, suite_results, load,
-                         round(time.perf_counter() - started, 2), room.to_dict())
+                         round(time.perf_counter() - started, 2), room.to_dict(), loads)
     write_json(out_dir / MEASUREMENT_FILE, result.to_dict())
     return result
 

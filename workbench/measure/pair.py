@@ -14,7 +14,6 @@ from typing import Literal
 from rich.console import Console
 from rich.markup import escape
 
-from workbench.loadtest.results import LoadResult
 from workbench.measure.measurement import (
     MEASUREMENT_FILE,
     Measurement,
@@ -35,7 +34,7 @@ from workbench.suites.definition import Suite
 from workbench.suites.split import ItemSplit
 
 __all__ = ["ROLES", "MeasuredPair", "Role", "baseline_entry", "measure_baseline_suites",
-           "measure_pair", "served_name"]
+           "measure_pair", "served_name", "with_rounds"]
 
 Role = Literal["baseline", "candidate"]
 ROLES: tuple[Role, Role] = ("baseline", "candidate")
@@ -75,7 +74,7 @@ def served_name(p: Plan, role: str) -> str:
 
 def _baseline_key(p: Plan) -> str:
     return baseline_key(p.cfg, p.model_digest, p.suites, p.device, p.engine_version,
-                        p.requests)
+                        p.requests, p.further)
 
 
 def baseline_entry(p: Plan) -> Path:
@@ -88,7 +87,7 @@ def measure_baseline_suites(p: Plan, out_dir: Path, console: Console) -> Measure
     """The baseline measured in full (suites and load) and its suites cached for every
     later candidate; a fanned-out sweep's first Ray task runs this too."""
     m = measure(p.cfg, "baseline", p.model_dir, served_name(p, "baseline"), [], p.suites,
-                p.requests, p.model_dir, out_dir, console, p.device)
+                p.requests, p.model_dir, out_dir, console, p.device, further=p.further)
     store_in_cache(out_dir, baseline_entry(p))
     return m
 
@@ -99,7 +98,8 @@ def _baseline(p: Plan, run_dir: Path, console: Console) -> tuple[Measurement, bo
         console.print(f"[bold]baseline[/]: measuring at {p.cfg.endpoints.baseline.url} "
                       "(an endpoint: never cached)")
         return measure(p.cfg, "baseline", p.model_dir, p.cfg.model.name, [], p.suites,
-                       p.requests, p.model_dir, out_dir, console, p.device), False
+                       p.requests, p.model_dir, out_dir, console, p.device,
+                       further=p.further), False
     cached = baseline_entry(p)
     hit = load_cached(cached, lambda why: console.print(
         f"[yellow]![/] cached baseline results dropped, measuring again: {escape(why)}"))
@@ -111,7 +111,7 @@ def _baseline(p: Plan, run_dir: Path, console: Console) -> tuple[Measurement, bo
                   "test runs again now, beside the candidate's (latency is compared only "
                   "between sessions measured together)")
     fresh = _load_session(p, "baseline", p.model_dir, [], out_dir, console)
-    m = replace(hit, load=fresh.load)
+    m = replace(hit, load=fresh.load, further_load=fresh.further_load)
     write_json(out_dir / MEASUREMENT_FILE, m.to_dict())
     return m, True
 
@@ -120,14 +120,14 @@ def _candidate(p: Plan, q: QuantizeResult, run_dir: Path, console: Console) -> M
     console.print(f"[bold]candidate {p.candidate_name}[/]: measuring")
     return measure(p.cfg, "candidate", Path(q.path or p.model_dir),
                    served_name(p, "candidate"), q.serve_args, p.suites, p.requests,
-                   p.model_dir, run_dir / "candidate", console, p.device)
+                   p.model_dir, run_dir / "candidate", console, p.device, further=p.further)
 
 
 def _load_session(p: Plan, role: str, model_dir: Path, serve_args: list[str], out_dir: Path,
                   console: Console, ceiling: bool = True) -> Measurement:
     """An engine session that runs the load test alone."""
     return measure(p.cfg, role, model_dir, served_name(p, role), serve_args, [], p.requests,
-                   p.model_dir, out_dir, console, p.device, ceiling)
+                   p.model_dir, out_dir, console, p.device, ceiling, p.further)
 
 
 def _later_rounds(p: Plan, q: QuantizeResult, base: Measurement, cand: Measurement,
@@ -137,20 +137,30 @@ def _later_rounds(p: Plan, q: QuantizeResult, base: Measurement, cand: Measureme
     if p.cfg.load.rounds < 2:
         return base, cand
     sides = {"baseline": (p.model_dir, []), "candidate": (Path(q.path), q.serve_args)}
-    later: dict[str, list[LoadResult]] = {role: [] for role in ROLES}
+    later: dict[str, list[Measurement]] = {role: [] for role in ROLES}
     for r in range(2, p.cfg.load.rounds + 1):
         for role, (model_dir, args) in sides.items():
             console.print(f"[bold]{role}[/]: load round {r} of {p.cfg.load.rounds} "
                           "(a fresh engine session)")
             later[role].append(_load_session(p, role, model_dir, args,
                                              run_dir / role / f"round-{r}", console,
-                                             ceiling=False).load)
+                                             ceiling=False))
     out = []
     for role, m in zip(ROLES, (base, cand), strict=True):
-        m = replace(m, load=replace(m.load, rounds=later[role]))
+        m = with_rounds(m, later[role])
         write_json(run_dir / role / MEASUREMENT_FILE, m.to_dict())
         out.append(m)
     return out[0], out[1]
+
+
+def with_rounds(first: Measurement, later: list[Measurement]) -> Measurement:
+    """The first session's measurement with each load profile's later sessions as its
+    rounds (a profile a later session lacks is simply not in its rounds)."""
+    further = {name: replace(load, rounds=[m.further_load[name] for m in later
+                                           if name in m.further_load])
+               for name, load in first.further_load.items()}
+    return replace(first, load=replace(first.load, rounds=[m.load for m in later]),
+                   further_load=further)
 
 
 def _what_the_candidate_serves(p: Plan, q: QuantizeResult) -> dict:

@@ -76,11 +76,14 @@ class _Chosen:
 
 def generated_tokens(p: Plan) -> int:
     """Output tokens one model's evaluation generates at most: every generating suite's
-    items at their max_tokens, and the load test's requests at every level and round."""
+    items at their max_tokens, and each gated load profile's requests at every level and
+    round."""
     tokens = sum(len(s.sample(p.cfg.profile, p.cfg.seed)) * s.spec.max_tokens
                  for s in p.suites if s.generates)
-    return tokens + sum(r.output_tokens for r in p.requests) * len(p.cfg.workload.levels) \
-        * p.cfg.load.rounds
+    profiles = {p.cfg.load.profile: p.requests, **p.further}
+    return tokens + sum(sum(r.output_tokens for r in requests)
+                        * len(p.cfg.load.profiles[name].levels)
+                        for name, requests in profiles.items()) * p.cfg.load.rounds
 
 
 def _estimated_seconds(p: Plan, rate: float) -> float:

@@ -55,8 +55,9 @@ def run_params(p: Plan, run_dir: Path) -> dict[str, object]:
     return {"candidate": p.candidate_name, "recipe": p.candidate.model_dump_json(),
             "model_path": str(p.model_dir), "device": p.device, "engine": p.engine_version,
             "engine_config": cfg.engine.model_dump_json(), "suites": ",".join(cfg.suites),
-            "profile": cfg.profile, "load_profile": cfg.load.profile,
+            "profile": cfg.profile, "load_profile": ",".join(cfg.load.gated),
             "load": cfg.workload.model_dump_json(), "gates": str(cfg.resolve(cfg.gates)),
+            **{f"load.{name}": w.model_dump_json() for name, w in cfg.load.further.items()},
             "run_dir": str(run_dir), **device_params(device_facts(p.device, cfg.engine)),
             **({"stand_in": f"{p.stand_in.evaluated} for {p.stand_in.requested}"}
                if p.stand_in else {})}
