@@ -5,7 +5,7 @@ says back (pass, fail, inconclusive or not_applicable, with the figures it saw).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from workbench.gate.paired import (
@@ -15,7 +15,7 @@ from workbench.loadtest.results import LoadResult
 from workbench.serve.engine import ServerInfo
 from workbench.suites.results import SuiteResult
 
-__all__ = ["Evidence", "GateId", "GateOutcome"]
+__all__ = ["Evidence", "GateId", "GateOutcome", "LoadView"]
 
 
 @dataclass(frozen=True)
@@ -25,7 +25,9 @@ class GateId:
     - quality:arithmetic[addition] (a slice), quality:arithmetic:floor (a floor),
     - safety:advbench.refused (a per-item metric), health:(pooled),
     - fidelity:heldout-text:kl_mean, latency:tpot_p50_ms:max_ratio@c4, slo@c4,
-    - memory:weights_bytes:max_ratio."""
+    - memory:weights_bytes:max_ratio,
+    - in a run gating several load profiles, the profile before the level:
+      latency:tpot_p50_ms:max_ratio@batch/r4, slo@batch/r4, capacity:at_slo:min_ratio@batch."""
 
     section: str  # quality | safety | structured | health | fidelity | latency | slo | memory
     subject: str = ""  # the suite (or, for latency and memory, the figure)
@@ -33,13 +35,16 @@ class GateId:
     slice: str | None = None
     check: str | None = None  # floor, recovery, kl_mean, max_ratio, ...
     level: str | None = None  # a load level
+    # the load profile, in a run that gates several (docs/load.md); None: the run's only one
+    profile: str | None = None
 
     def __str__(self) -> str:
         text = self.section + (f":{self.subject}" if self.subject else "")
         text += f".{self.metric}" if self.metric else ""
         text += f"[{self.slice}]" if self.slice is not None else ""
         text += f":{self.check}" if self.check else ""
-        return text + (f"@{self.level}" if self.level else "")
+        where = "/".join(p for p in (self.profile, self.level) if p)
+        return text + (f"@{where}" if where else "")
 
     @classmethod
     def parse(cls, name: str) -> GateId:
@@ -88,6 +93,15 @@ class GateOutcome:
 
 
 @dataclass(frozen=True)
+class LoadView:
+    """One load profile's results on both sides, and where their per-request data lies."""
+
+    base: LoadResult | None
+    cand: LoadResult | None
+    raw_dirs: tuple[Path, Path] | None = None
+
+
+@dataclass(frozen=True)
 class Evidence:
     """Everything the gates judge, for one candidate against its baseline."""
 
@@ -108,3 +122,19 @@ class Evidence:
     # (baseline, candidate) server facts for the comparability gate (a side None: not
     # measured, fail closed); None: judged without that gate (gate arithmetic alone)
     servers: tuple[ServerInfo | None, ServerInfo | None] | None = None
+    # the run's own load profile (base_load, cand_load) by name, and each further profile
+    # it gates (load.also); with none further, load gates' names carry no profile
+    profile: str = ""
+    further: dict[str, LoadView] = field(default_factory=dict)
+
+    def load_views(self) -> list[tuple[str | None, Evidence]]:
+        """The evidence as each gated load profile's load gates see it: (its name, the
+        evidence with that profile's results as the load); the name is None in a run that
+        gates one profile, so its gates keep the names they always had."""
+        if not self.further:
+            return [(None, self)]
+        views: list[tuple[str | None, Evidence]] = [(self.profile, self)]
+        for name, view in self.further.items():
+            views.append((name, replace(self, base_load=view.base, cand_load=view.cand,
+                                        raw_dirs=view.raw_dirs, profile=name, further={})))
+        return views

@@ -14,11 +14,14 @@ from typing import Literal
 import numpy as np
 
 from workbench.config.gate_policy import (
+    CapacityGate,
     FidelityGate,
     GatePolicy,
     HealthGate,
+    LatencyGate,
     MemoryGate,
     QualityGate,
+    SLOGate,
 )
 from workbench.gate.capacity import capacity_outcome
 from workbench.gate.comparability import comparability
@@ -320,17 +323,62 @@ def evaluate_gates(policy: GatePolicy, ev: Evidence, seed: int,
     outcomes = _judge_paired(checks, policy) + floors
     for fid in policy.fidelity:
         outcomes += _fidelity_outcomes(fid, ev)
-    for lat in policy.latency:
-        outcomes += latency_outcomes(lat, ev, policy, seed)
-    for slo in policy.slo:
-        outcomes.append(slo_outcome(slo, ev, compared.confidence, seed))
+    outcomes += _load_outcomes(policy, ev, seed, compared.confidence)
     for mem in policy.memory:
         outcomes.append(_memory_outcome(mem, ev))
-    for cap in policy.capacity:
-        outcomes.append(capacity_outcome(cap, ev))
     if ev.servers is not None:
         outcomes.append(comparability(*ev.servers, ev.base_suites, ev.cand_suites)[1])
     return bound_false_rejects(outcomes, policy)
+
+
+LoadGate = LatencyGate | SLOGate | CapacityGate
+
+
+def _load_outcomes(policy: GatePolicy, ev: Evidence, seed: int, confidence: float
+                   ) -> list[GateOutcome]:
+    """The latency, SLO and capacity gates on each load profile the run gates, named with
+    the profile when there are several; a gate whose `profiles` names none of them is not
+    applicable (docs/load.md, 'Several load classes')."""
+    views = ev.load_views()
+    outcomes: list[GateOutcome] = []
+    gates: list[LoadGate] = [*policy.latency, *policy.slo, *policy.capacity]
+    for gate in gates:
+        judged = [(name, view) for name, view in views
+                  if gate.profiles is None or view.profile in gate.profiles]
+        if not judged:
+            outcomes.append(GateOutcome.of(
+                _load_gate_id(gate), "not_applicable", f"judges load profile(s) "
+                f"{', '.join(gate.profiles or [])}; this run gates "
+                f"{', '.join(v.profile for _, v in views)}"))
+        for name, view in judged:
+            found = _one_load_gate(gate, policy, view, seed, confidence)
+            outcomes += found if name is None else [_for_profile(o, name) for o in found]
+    return outcomes
+
+
+def _one_load_gate(gate: LoadGate, policy: GatePolicy, ev: Evidence, seed: int,
+                   confidence: float) -> list[GateOutcome]:
+    if isinstance(gate, LatencyGate):
+        return latency_outcomes(gate, ev, policy, seed)
+    if isinstance(gate, SLOGate):
+        return [slo_outcome(gate, ev, confidence, seed)]
+    return [capacity_outcome(gate, ev)]
+
+
+def _load_gate_id(gate: LoadGate) -> GateId:
+    """A load gate's name before any level (what latency, floors and capacity name it)."""
+    if isinstance(gate, LatencyGate):
+        return GateId("latency", gate.metric,
+                      check="max_ratio" if gate.max_ratio is not None else "min_ratio")
+    if isinstance(gate, SLOGate):
+        return GateId("slo", level=gate.level or "heaviest")
+    return GateId("capacity", "at_slo", check="min_ratio")
+
+
+def _for_profile(outcome: GateOutcome, profile: str) -> GateOutcome:
+    """The outcome named with the load profile it judged."""
+    gate_id = replace(outcome.identity, profile=profile)
+    return replace(outcome, gate=str(gate_id), id=gate_id)
 
 
 def measured_kinds(ev: Evidence) -> dict[str, str]:

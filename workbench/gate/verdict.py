@@ -17,7 +17,7 @@ from typing_extensions import TypedDict
 
 from workbench.config.gate_policy import GatePolicy
 from workbench.gate.comparability import ComparabilitySection
-from workbench.gate.evidence import Evidence, GateOutcome
+from workbench.gate.evidence import Evidence, GateOutcome, LoadView
 from workbench.gate.gates import decide, evaluate_gates, measured_kinds
 from workbench.gate.looks import Looks, one_look
 from workbench.gate.paired import ALL, Comparisons, SliceComparison
@@ -110,7 +110,22 @@ def evidence(base: Measurement | None, cand: Measurement | None, fidelity: dict,
         unmeasured={role: m.server.unmeasured for role, m in (("baseline", base),
                                                               ("candidate", cand))
                     if m is not None and m.server.unmeasured},
-        servers=(base.server if base else None, cand.server if cand else None))
+        servers=(base.server if base else None, cand.server if cand else None),
+        profile=next((m.load.name for m in (base, cand) if m is not None), ""),
+        further=_further_load(base, cand, run_dir))
+
+
+def _further_load(base: Measurement | None, cand: Measurement | None, run_dir: Path
+                  ) -> dict[str, LoadView]:
+    """Each further load profile either side measured; one the other side lacks is None
+    there, and its gates fail closed."""
+    names = list(dict.fromkeys([*(base.further_load if base else {}),
+                                *(cand.further_load if cand else {})]))
+    return {name: LoadView(
+        base.further_load.get(name) if base else None,
+        cand.further_load.get(name) if cand else None,
+        (run_dir / "baseline" / f"load-{name}", run_dir / "candidate" / f"load-{name}"))
+        for name in names}
 
 
 def judge(policy: GatePolicy, policy_path: Path, base: Measurement | None,
