@@ -124,7 +124,8 @@ def test_a_version_4_record_is_still_judged_and_comes_back_in_the_current_shape(
     assert rec["schema_version"] == 12 and rec["migrated_from"] == [4, 5, 6, 7, 8, 9, 10, 11]
     ids = {g["gate"]: g["id"] for g in rec["gates"]}
     assert ids["quality:q[hard]"] == {"section": "quality", "subject": "q", "metric": None,
-                                      "slice": "hard", "check": None, "level": None}
+                                      "slice": "hard", "check": None, "level": None,
+                                      "profile": None}
 
 
 

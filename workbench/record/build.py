@@ -67,11 +67,11 @@ def suite_pairs(base: dict[str, SuiteResult], cand: dict[str, SuiteResult],
     return out
 
 
-def _cost(p: Plan, role: str, load: LoadResult) -> CostSection:
+def _cost(p: Plan, role: str, load: LoadResult, profile: str | None = None) -> CostSection:
     """Cost at the highest load level that met the SLO (the highest level, when the
     workload declares no SLO), for every device the engine holds (load.price_per_hour is
-    per device)."""
-    work = p.cfg.workload
+    per device); profile: a further load profile's name (default the run's own)."""
+    work = p.cfg.load.profiles[profile] if profile else p.cfg.workload
     per_device = work.price_per_hour or DEFAULT_PRICE_PER_HOUR[p.device]
     devices = p.devices(role)
     heaviest = load.levels[-1] if load.levels else None
@@ -185,5 +185,10 @@ def build_record(p: Plan, pair: MeasuredPair, report: GateReport, fidelity: dict
         mlflow=mlflow,
         stand_in=StandInJson(**p.stand_in.to_dict()) if p.stand_in else None,  # type: ignore[typeddict-item]
     )
+    rec.further_load = {name: {"load": {role: m.further_load[name].to_dict()
+                                        for role, m in sides if name in m.further_load},
+                               "cost": {role: _cost(p, role, m.further_load[name], name)
+                                        for role, m in sides if name in m.further_load}}
+                        for name in p.cfg.load.also}
     rec.rollout = rollout_section(rec, p.cfg.rollout)
     return rec

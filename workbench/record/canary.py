@@ -89,10 +89,12 @@ def _baseline_rules(rec: DecisionRecord, served: str) -> list[Rule]:
     """A rule per latency metric a max_ratio gate judged with evidence: the baseline's
     measured value at the heaviest level judged, times the gate's margin."""
     heaviest: dict[str, GateOutcome] = {}
+    own = (rec.load.get("candidate") or {}).get("name")
     for gate in rec.gates:  # in the policy's order, levels lightest first
         gid = gate.id
         if gid is None or gid.section != "latency" or gid.check != "max_ratio" \
-                or "baseline" not in gate.evidence or gate.threshold is None:
+                or "baseline" not in gate.evidence or gate.threshold is None \
+                or gid.profile not in (None, own):  # the run's own profile's gates only
             continue
         field, stat = LATENCY_METRICS.get(gid.subject, (None, None))
         if field in _HISTOGRAM_OF and stat and stat.startswith("p"):

@@ -33,13 +33,14 @@ from workbench.record.sections import (
 from workbench.serve.device import CPU_IN_FLIGHT
 from workbench.suites.split import SplitJson
 
-__all__ = ["SCHEMA_VERSION", "SEVERITY", "DecisionRecord", "Role", "Sampling", "counted",
-           "gate_counts",
-           "host_facts", "quantization_metrics", "record_metrics", "worst_first"]
+__all__ = ["SCHEMA_VERSION", "SEVERITY", "DecisionRecord", "FurtherLoad", "Role", "Sampling",
+           "counted", "gate_counts", "host_facts", "quantization_metrics", "record_metrics",
+           "worst_first"]
 
 # 12: the Rollout section (twelve fields, each model's fleet for a declared peak), the
 # engine's batch, the cost per accepted token, the registry's champion before this run (a
-# promotion's rollback target);
+# promotion's rollback target), further load profiles gated in the same run (further_load;
+# their gates name the profile: GateId.profile);
 # 11: the dtype the engine served in (`auto` resolved per device) and whether the CPU has
 # native bf16, the quantiser's compute and stored dtypes, the stand-in format evaluated in
 # place of one this device has no kernel for;
@@ -68,6 +69,14 @@ class Sampling(TypedDict):
     # trial's confirmation half: suites/split.py); None: every item of the sample
     split: SplitJson | None
 
+
+
+class FurtherLoad(TypedDict):
+    """A further load profile the run gated (load.also): each side's load and cost, as
+    `load` and `cost` hold them for the run's own profile."""
+
+    load: dict[Role, LoadJson]
+    cost: dict[Role, CostSection]
 
 
 @dataclass
@@ -106,6 +115,9 @@ class DecisionRecord:
     stand_in: StandInJson | None = None
     # 12: the twelve things a rollout goes by (record/rollout.py); None in older records
     rollout: RolloutSection | None = None
+    # 12: each further load profile the run gated, by name (load.also); the run's own is
+    # `load` and `cost`
+    further_load: dict[str, FurtherLoad] = field(default_factory=dict)
     schema_version: int = SCHEMA_VERSION
     # the schema versions a stored record was migrated through before it was judged again
     migrated_from: list[int] = field(default_factory=list)

@@ -19,9 +19,9 @@ from workbench.record.canary import write_canary_rules
 from workbench.record.decision import SEVERITY, DecisionRecord, worst_first
 from workbench.record.policy_text import MARK as _MARK
 from workbench.record.policy_text import gate_mark, headlines, policy_lines
-from workbench.record.render_load import load_lines, slo_lines
+from workbench.record.render_load import further_load_lines, load_lines, slo_lines
 from workbench.record.render_rollout import registry_lines, rollout_lines, trigger_lines
-from workbench.record.sections import StandInJson
+from workbench.record.sections import FidelityJson, StandInJson
 
 __all__ = ["print_decision", "render_markdown", "render_summary", "write_junit",
            "write_record"]
@@ -186,6 +186,19 @@ def _stand_in_lines(stand_in: StandInJson | None) -> list[str]:
             f"about {stand_in['evaluated_format']}, not {stand_in['requested_format']}.", ""]
 
 
+def _fidelity_lines(fidelity: dict[str, FidelityJson]) -> list[str]:
+    """Token-level fidelity per suite, then the agreement of greedy continuations."""
+    if not fidelity:
+        return []
+    lines = ["", "## Fidelity to the baseline (token by token)", "",
+             "| suite | tokens | mean KL | p95 KL | top-1 agreement | perplexity, base → cand |",
+             "|---|---|---|---|---|---|"]
+    lines += [f"| {name} | {f['tokens']} | {f['kl_mean']:.4f} | {f['kl_p95']:.4f} | "
+              f"{f['top1_agreement']:.3f} | {f['baseline_perplexity']:.2f} → "
+              f"{f['candidate_perplexity']:.2f} |" for name, f in fidelity.items()]
+    return lines + _agreement_table(fidelity)
+
+
 def render_markdown(rec: DecisionRecord) -> str:
     lines = [
         f"# Decision: **{rec.decision.upper()}** — candidate `{rec.candidate}`",
@@ -215,16 +228,7 @@ def render_markdown(rec: DecisionRecord) -> str:
     lines += rollout_lines(rec.rollout)
     lines += _health_table(rec.suites)
     lines += _suite_tables(rec.suites)
-    if rec.fidelity:
-        lines += ["", "## Fidelity to the baseline (token by token)", "",
-                  "| suite | tokens | mean KL | p95 KL | top-1 agreement | "
-                  "perplexity, base → cand |",
-                  "|---|---|---|---|---|---|"]
-        for name, f in rec.fidelity.items():
-            lines.append(f"| {name} | {f['tokens']} | {f['kl_mean']:.4f} | {f['kl_p95']:.4f} | "
-                         f"{f['top1_agreement']:.3f} | {f['baseline_perplexity']:.2f} → "
-                         f"{f['candidate_perplexity']:.2f} |")
-        lines += _agreement_table(rec.fidelity)
+    lines += _fidelity_lines(rec.fidelity)
     lines += load_lines(rec)
     starts = rec.engine.get("cold_start", {})
     if starts:
@@ -232,6 +236,7 @@ def render_markdown(rec: DecisionRecord) -> str:
             f"{who} {c['healthy_s']:.1f} s / {c['first_token_s']:.1f} s"
             for who, c in starts.items()) + "."]
     lines += slo_lines(rec)
+    lines += further_load_lines(rec)
     lines += _headroom_table(rec.headroom)
     lines += trigger_lines(rec)
     reused = [k.replace("_", " ") for k, v in rec.reused.items() if v]

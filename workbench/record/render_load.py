@@ -4,16 +4,23 @@ SLO table and the cost (render.py places it)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from workbench.record.decision import DecisionRecord
 
-__all__ = ["load_lines", "slo_lines"]
+__all__ = ["further_load_lines", "load_lines", "slo_lines"]
 
 
 def slo_lines(rec: DecisionRecord) -> list[str]:
     """Goodput per level and the cost at the highest level meeting the SLO."""
+    return _slo_lines(rec.load, rec.cost)
+
+
+def _slo_lines(loads: Mapping[Any, Any], cost: Mapping[Any, Any]) -> list[str]:
     lines = []
     rows = [(who, lv) for who in ("baseline", "candidate")
-            for lv in rec.load.get(who, {}).get("levels", []) if lv.get("slo")]
+            for lv in loads.get(who, {}).get("levels", []) if lv.get("slo")]
     if rows:
         slo = rows[0][1]["slo"]
         lines += ["", f"SLO: TTFT p99 ≤ {slo['ttft_p99_ms']:.0f} ms, TPOT p99 ≤ "
@@ -23,7 +30,7 @@ def slo_lines(rec: DecisionRecord) -> list[str]:
         lines += [f"| {who} | {_level_name(lv)} | {'yes' if lv['slo']['meets_slo'] else 'no'}"
                   f" | {lv['slo']['goodput_rps']:.3f} | {lv['slo']['attainment']:.2f} |"
                   for who, lv in rows]
-    for who, c in rec.cost.items():
+    for who, c in cost.items():
         if c.get("level", c.get("concurrency")) is None:
             lines.append(f"\nCost ({who}): no load level met the SLO.")
             continue
@@ -118,22 +125,8 @@ def load_lines(rec: DecisionRecord) -> list[str]:
     workload = _workload_line(rec.load.get("baseline", {}))
     lines += [workload, ""] if workload else []
     lines += ["Client-side: vllm bench serve over HTTP streaming. Server-side: the engine's "
-              "/metrics histograms over the same requests (bucketed).", "",
-              "| model | level | req/s | in / out / total tok/s | errors | "
-              "TTFT p50/p99/max ms | TPOT p50/p99 ms | ITL p99 ms | E2E p50/p99 ms | "
-              "server TTFT p50/p99 ms | server TPOT p50/p99 ms | server queue p50/p99 ms |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for who, lv in levels:
-        server = lv.get("server", {}).get("latency", {})
-        skipped = f" ({lv['skipped']} not sent)" if lv.get("skipped") else ""
-        lines.append(
-            f"| {who} | {_level_name(lv)} | {lv['request_throughput']:.2f} | "
-            f"{_tokens(lv)} | {lv['failed']}{skipped} | "
-            f"{_stats(lv['ttft_ms'], ('p50', 'p99', 'max'))} | {_stats(lv['tpot_ms'])} | "
-            f"{_stats(lv['itl_ms'], ('p99',))} | {_stats(lv['e2el_ms'])} | "
-            f"{_stats(server.get('ttft_ms'))} | {_stats(server.get('tpot_ms'))} | "
-            f"{_stats(server.get('queue_ms'))} |")
-    lines += _bucket_lines(levels)
+              "/metrics histograms over the same requests (bucketed).", ""]
+    lines += _level_table(levels)
     agree = _agreement_line(levels)
     lines += ["", agree] if agree else []
     if rec.device.get("kind") == "cpu":
@@ -144,17 +137,54 @@ def load_lines(rec: DecisionRecord) -> list[str]:
                   for who in ("baseline", "candidate")}
         lines += [f"Measured: {b}." for b in sorted(placed) if "; " in b]
     for who in ("baseline", "candidate"):
-        gen = dict(rec.load.get(who, {})).get("generator")  # type: ignore[call-overload]
+        gen = dict(rec.load.get(who, {})).get("generator")
         best = max((lv["output_throughput"] for w, lv in levels if w == who), default=0.0)
         if gen and gen.get("output_throughput"):
             lines += ["", f"Load generator ceiling ({who} run, zero-work endpoint, "
                       f"concurrency {gen['concurrency']}): {gen['output_throughput']:.0f} "
                       f"out tok/s, {gen['request_throughput']:.1f} req/s; the engine's best "
                       f"level is {best / gen['output_throughput']:.1%} of it."]
-    lines += _engine_lines(levels) + _capacity_lines(rec)
+    lines += _engine_lines(levels) + _capacity_lines(rec.load)
     if rec.plots:
         lines += ["", *[f"![{name}]({path})" for name, path in rec.plots.items()]]
     return lines
+
+
+def further_load_lines(rec: DecisionRecord) -> list[str]:
+    """Each further load profile the run gated: its levels, engine state, capacity, SLO
+    and cost, measured in the same engine sessions after the run's own profile."""
+    lines: list[str] = []
+    for name, further in rec.further_load.items():
+        loads: Mapping[Any, Any] = further["load"]
+        levels = [(who, lv) for who in ("baseline", "candidate")
+                  for lv in loads.get(who, {}).get("levels", [])]
+        workload = _workload_line(loads.get("baseline", {}))
+        lines += ["", f"## Load profile `{name}`", "",
+                  "Measured in the same engine sessions, after the run's own profile; its "
+                  f"gates carry `@{name}` in their names.", ""]
+        lines += [workload, ""] if workload else []
+        lines += _level_table(levels) + _engine_lines(levels) + _capacity_lines(loads)
+        lines += _slo_lines(loads, further["cost"])
+    return lines
+
+
+def _level_table(levels: list[tuple[str, dict]]) -> list[str]:
+    """Every level of both models on both boundaries, then latency by prompt length."""
+    lines = ["| model | level | req/s | in / out / total tok/s | errors | "
+             "TTFT p50/p99/max ms | TPOT p50/p99 ms | ITL p99 ms | E2E p50/p99 ms | "
+             "server TTFT p50/p99 ms | server TPOT p50/p99 ms | server queue p50/p99 ms |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for who, lv in levels:
+        server = lv.get("server", {}).get("latency", {})
+        skipped = f" ({lv['skipped']} not sent)" if lv.get("skipped") else ""
+        lines.append(
+            f"| {who} | {_level_name(lv)} | {lv['request_throughput']:.2f} | "
+            f"{_tokens(lv)} | {lv['failed']}{skipped} | "
+            f"{_stats(lv['ttft_ms'], ('p50', 'p99', 'max'))} | {_stats(lv['tpot_ms'])} | "
+            f"{_stats(lv['itl_ms'], ('p99',))} | {_stats(lv['e2el_ms'])} | "
+            f"{_stats(server.get('ttft_ms'))} | {_stats(server.get('tpot_ms'))} | "
+            f"{_stats(server.get('queue_ms'))} |")
+    return lines + _bucket_lines(levels)
 
 
 def _engine_lines(levels: list[tuple[str, dict]]) -> list[str]:
@@ -185,11 +215,11 @@ def _engine_lines(levels: list[tuple[str, dict]]) -> list[str]:
     return lines
 
 
-def _capacity_lines(rec: DecisionRecord) -> list[str]:
+def _capacity_lines(loads: Mapping[Any, Any]) -> list[str]:
     """The heaviest level each model held the SLO at, searched (docs/load.md)."""
     lines = []
     for who in ("baseline", "candidate"):
-        load = rec.load.get(who, {})
+        load = loads.get(who, {})
         sessions = [r.get("capacity") for r in [load, *load.get("rounds", [])]
                     if r.get("capacity")]
         for i, cap in enumerate(sessions, start=1):

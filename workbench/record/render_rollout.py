@@ -42,9 +42,14 @@ def trigger_lines(rec: DecisionRecord) -> list[str]:
     """The rollback trigger in words: the rules of canary-rules.yaml, each with where its
     threshold came from."""
     rules = canary_rules(rec)
+    own = (rec.load.get("candidate") or {}).get("name", "")
+    classes = (f" Their latency thresholds come from the run's own load profile `{own}`: "
+               "vLLM's metrics do not tell one class of traffic from another, so a "
+               "deployment serving several classes alerts on the one it is judged by "
+               "(docs/rollout.md)." if rec.further_load else "")
     return ["", f"## Rollback trigger (`{CANARY_FILE}`)", "",
             "Alerting rules for a canary of this candidate over vLLM's own metrics; a page "
-            "means roll back (docs/rollout.md).", "", *[
+            f"means roll back (docs/rollout.md).{classes}", "", *[
                 f"- **{r.alert}** ({r.severity}): {r.summary}; threshold from {r.source}."
                 for r in rules]]
 

@@ -41,15 +41,20 @@ def _lengths(dist: dict) -> str:
 
 def _workload(rec: DecisionRecord) -> RolloutField:
     load = rec.load.get("candidate") or {}
-    prof = load.get("profile") or {}
-    if not prof:
+    if not load.get("profile"):
         return _field("no load test ran", "measured")
+    further = [f.get("load", {}).get("candidate") or {} for f in rec.further_load.values()]
+    return _field("; ".join(_one_workload(lr) for lr in [load, *further]), "config")
+
+
+def _one_workload(load: dict) -> str:
+    prof = load.get("profile") or {}
     how = (f"arrivals at {prof['request_rate']} requests/s" if prof.get("request_rate")
            else f"{prof.get('concurrency')} requests in flight")
-    return _field(f"load profile `{load.get('name', '?')}`: {how}, prompts "
-                  f"{_lengths(prof.get('prompt_tokens') or {})} tokens, outputs "
-                  f"{_lengths(prof.get('output_tokens') or {})} tokens, "
-                  f"{prof.get('num_prompts')} requests a level", "config")
+    return (f"load profile `{load.get('name', '?')}`: {how}, prompts "
+            f"{_lengths(prof.get('prompt_tokens') or {})} tokens, outputs "
+            f"{_lengths(prof.get('output_tokens') or {})} tokens, "
+            f"{prof.get('num_prompts')} requests a level")
 
 
 def _quality(rec: DecisionRecord) -> RolloutField:
@@ -122,8 +127,8 @@ def _batching(rec: DecisionRecord) -> RolloutField:
     b = dict(rec.engine.get("batching") or {}).get("candidate")
     in_flight = f"; suites at {rec.device.get('suite_in_flight')} requests in flight"
     if not b:
-        return _field("not recorded (an endpoint, or a record before schema 12)" + in_flight,
-                      "measured")
+        return _field("not recorded (an endpoint, or measured before the engine's batch was "
+                      "recorded)" + in_flight, "measured")
     chunked = {True: "on", False: "off", None: "not stated"}[b["chunked_prefill"]]
     return _field(f"max_num_seqs {b['max_num_seqs']}, max_num_batched_tokens "
                   f"{b['max_num_batched_tokens']}, chunked prefill {chunked}" + in_flight,
