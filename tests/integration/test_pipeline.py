@@ -36,7 +36,7 @@ suites: [arithmetic, commonsenseqa, humaneval, heldout-text, advbench, bfcl-simp
          ifbench-subset, openbookqa-lmeval]
 profile: smoke
 load:
-  profile: tiny
+  profile: [tiny, burst]   # both measured in each engine session, each gated
   rounds: 1   # one engine session per model: test_endpoints judges two interleaved
   profiles:
     tiny:
@@ -49,6 +49,13 @@ load:
       slo: {{ttft_p99_ms: 60000, tpot_p99_ms: 60000}}
       price_per_hour: 0.5
       capacity: {{max_levels: 3}}   # every level holds this SLO: up to 8 (all), then stop
+    burst:                          # a second load class: arrivals at a rate, longer prompts
+      request_rate: [4]
+      num_prompts: 6
+      prompt_tokens: {{distribution: uniform, min: 160, max: 320}}
+      output_tokens: 16
+      warmup_prompts: 0
+      slo: {{ttft_p99_ms: 60000, tpot_p99_ms: 60000}}
 gates: gates.yaml
 tracking: {{experiment: integration}}
 """
@@ -65,7 +72,9 @@ latency:
   - {metric: e2el_p50_ms, max_ratio: 20.0}
   - {metric: output_throughput, min_ratio: 0.05}
 capacity:
-  - {min_ratio: 0.5, informational: true}   # nothing fails: no top to the brackets
+  - {min_ratio: 0.5, informational: true, profiles: [tiny]}   # nothing fails: no top
+slo:
+  - {min_attainment: 0.5, profiles: [burst]}   # the second class's own SLO
 """
 
 
@@ -122,6 +131,28 @@ def check_mlflow_layout(tmp_path: Path, parent, record: dict) -> None:
     # decision.md, the run's description in MLflow, names it and what a rollback returns to
     assert f"Registry: `{reg['registered_model']}` version {reg['version']} is now " \
         f"`{reg['alias']}`" in parent.data.tags["mlflow.note.content"]
+
+
+def check_load_classes(record: dict, gates: dict, markdown: str) -> None:
+    """Two load profiles gated in one run: each judged on its own levels under its own
+    name, the second with its own SLO gate, its results and cost in the record and in
+    decision.md."""
+    expected = {"latency:e2el_p50_ms:max_ratio@tiny/c1",
+                "latency:output_throughput:min_ratio@tiny/c4",
+                "latency:e2el_p50_ms:max_ratio@burst/r4", "slo@burst/r4"}
+    assert expected <= set(gates)
+    assert gates["slo@burst/r4"]["status"] == "pass", gates["slo@burst/r4"]
+    assert not any(g.startswith("slo@tiny") for g in gates)  # its gate names burst only
+    capacity = gates["capacity:at_slo:min_ratio@tiny"]  # both held every level: no top
+    assert capacity["status"] == "inconclusive" and capacity["informational"]
+    for role in ("baseline", "candidate"):
+        burst = record["further_load"]["burst"]["load"][role]
+        assert [lv["label"] for lv in burst["levels"]] == ["r4"] and burst["name"] == "burst"
+        assert burst["levels"][0]["completed"] == 6
+        assert burst["workload"]["prompt_tokens"]["min"] >= 160
+        assert record["further_load"]["burst"]["cost"][role]["level"] == "r4"
+        assert record["load"][role]["name"] == "tiny"
+    assert "## Load profile `burst`" in markdown
 
 
 def check_rollout(record: dict, markdown: str) -> None:
@@ -196,10 +227,7 @@ def test_quantise_serve_evaluate_gate_record(tiny_config: Path, tmp_path: Path, 
             .read_text()
     gates = {g["gate"]: g for g in record["gates"]}
     assert "quality:arithmetic" in gates
-    expected = {"latency:e2el_p50_ms:max_ratio@c1", "latency:output_throughput:min_ratio@c4"}
-    assert expected <= set(gates)
-    capacity = gates["capacity:at_slo:min_ratio"]  # both held every level: no top, no call
-    assert capacity["status"] == "inconclusive" and capacity["informational"]
+    check_load_classes(record, gates, (record_file.parent / "decision.md").read_text())
     for name in ("latency vs throughput", "engine telemetry"):
         plot = record_file.parent / record["plots"][name]
         assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and plot.stat().st_size > 10_000
@@ -272,7 +300,8 @@ def test_quantise_serve_evaluate_gate_record(tiny_config: Path, tmp_path: Path, 
     again = json.loads(next((tmp_path / "runs2").glob(f"*-{QUANTISED}/decision.json")).read_text())
     assert again["reused"] == {"quantized_artifact": True, "baseline_results": True,
                                "measurement_pair": True}
-    for section in ("suites", "gates", "load", "headroom", "fidelity", "decision"):
+    for section in ("suites", "gates", "load", "further_load", "headroom", "fidelity",
+                    "decision"):
         # as text: a NaN (an interval over one item) is not equal to itself
         assert json.dumps(again[section], sort_keys=True) == json.dumps(record[section],
                                                                          sort_keys=True)
@@ -344,7 +373,10 @@ def check_load_and_headroom(record: dict, role: str) -> None:
     assert cost["concurrency"] == 4 and cost["usd_per_million_output_tokens"] > 0
     room = record["headroom"][role]
     assert room["kv_cache_tokens"] > 0 and room["weights_bytes"] > 0
-    longest = load["workload"]["longest_request_tokens"]  # the longest prompt + 16
+    # the longest request of either load profile: the burst class's longest prompt + 16
+    longest = max(lr["workload"]["longest_request_tokens"] for lr in (
+        load, record["further_load"]["burst"]["load"][role]))
+    assert longest > load["workload"]["longest_request_tokens"]
     assert room["max_concurrent_sequences"] == room["kv_cache_blocks"] // -(-longest // room[
         "block_size"])  # whole blocks for the workload's longest request
     assert room["peak_engine_rss_bytes"] > 100 * 2**20 and 0 <= room["peak_kv_cache_usage"] <= 1
