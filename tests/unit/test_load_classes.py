@@ -21,6 +21,7 @@ from workbench.loadtest.results import LevelResult, LoadResult
 from workbench.measure.measurement import Measurement
 from workbench.measure.pair import with_rounds
 from workbench.mechanisms.errors import InputError
+from workbench.record.decision import record_metrics
 from workbench.record.render import render_markdown
 from workbench.serve.engine import ServerInfo
 
@@ -159,3 +160,6 @@ def test_decision_md_shows_each_further_profile_with_its_slo_and_cost() -> None:
     assert "| candidate | r4 | 20.00 |" in section and "SLO: TTFT p99 ≤ 1000 ms" in section
     assert "Cost (candidate, level r4" in section
     assert "## Load profile" not in render_markdown(record("reject"))
+    figures = record_metrics(rec)  # MLflow: each profile's cost beside the run's own
+    assert figures["candidate.batch.cost.usd_per_million_output_tokens"] == 0.43
+    assert "candidate.cost.usd_per_million_output_tokens" in figures

@@ -155,9 +155,11 @@ def record_metrics(rec: DecisionRecord) -> dict[str, float]:
     if looks:  # a column in the runs table: which decisions took a second look
         out["looks"] = looks["taken"]
     out.update(quantization_metrics(rec.quantization))
-    for role, c in rec.cost.items():
-        out.update({f"{role}.cost.{k}": float(v) for k, v in c.items()
-                    if k.startswith("usd_") and isinstance(v, (int, float))})
+    costs = [("", rec.cost), *((f"{name}.", f["cost"]) for name, f in rec.further_load.items())]
+    for profile, cost in costs:
+        for role, c in cost.items():
+            out.update({f"{role}.{profile}cost.{k}": float(v) for k, v in c.items()
+                        if k.startswith("usd_") and isinstance(v, (int, float))})
     for name, f in rec.fidelity.items():
         for k in ("kl_mean", "kl_p95", "top1_agreement"):
             out[f"fidelity.{name}.{k}"] = f[k]
