@@ -49,7 +49,8 @@ def test_a_list_of_profiles_is_the_runs_own_then_the_further_ones() -> None:
     assert list(cfg.further) == ["batch"] and "batch" in cfg.declared()
     for bad, said in (({"profile": ["interactive", "nope"]}, "unknown load profile 'nope'"),
                       ({"profile": ["batch", "batch"]}, "named twice"),
-                      ({"profile": []}, "an empty list"),
+                      ({"profile": []}, "1 to 4 load profiles, got 0"),
+                      ({"profile": ["batch"] * 5}, "1 to 4 load profiles, got 5"),
                       ({"profile": ["batch"], "also": ["interactive"]}, "not both")):
         with pytest.raises(ValueError, match=said):
             LoadConfig.model_validate(bad)

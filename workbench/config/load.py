@@ -249,8 +249,8 @@ class LoadConfig(StrictModel):
         if not isinstance(data, dict) or not isinstance(data.get("profile"), list):
             return data
         names = data["profile"]
-        if not names:
-            raise ValueError("profile: an empty list; name at least one load profile")
+        if not 1 <= len(names) <= 4:
+            raise ValueError(f"profile: a list of 1 to 4 load profiles, got {len(names)}")
         if "also" in data:
             raise ValueError("give further profiles either in the profile list or in also, "
                              "not both")
