@@ -21,7 +21,7 @@ from workbench.config.gate_policy import CapacityGate
 from workbench.gate.evidence import Evidence, GateId, GateOutcome, Status
 from workbench.loadtest.results import LoadResult
 
-__all__ = ["capacity_bracket", "capacity_outcome"]
+__all__ = ["CAPACITY_GATE", "capacity_bracket", "capacity_outcome"]
 
 
 def capacity_bracket(load: LoadResult) -> tuple[float, float, str] | None:
@@ -34,8 +34,11 @@ def capacity_bracket(load: LoadResult) -> tuple[float, float, str] | None:
     return min(lows), max(highs), found[0]["knob"]
 
 
+CAPACITY_GATE = GateId("capacity", "at_slo", check="min_ratio")  # before any load profile
+
+
 def capacity_outcome(gate: CapacityGate, ev: Evidence) -> GateOutcome:
-    name = GateId("capacity", "at_slo", check="min_ratio")
+    name = CAPACITY_GATE
     if ev.device not in gate.devices:
         return GateOutcome.of(name, "not_applicable", f"judges {', '.join(gate.devices)} "
                               f"measurements; this run is {ev.device}")

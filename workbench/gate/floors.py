@@ -31,7 +31,7 @@ from workbench.loadtest.results import LevelResult, LoadResult
 from workbench.suites.results import SuiteResult
 
 __all__ = ["BASELINE_MISSES", "RateJudgement", "judge_rate", "rate_bound", "rate_interval",
-           "slo_outcome"]
+           "slo_gate_id", "slo_outcome"]
 
 
 def rate_interval(successes: int, n: int, confidence: float) -> tuple[float, float]:
@@ -166,9 +166,14 @@ def _attainment(level: LevelResult, bound: float, confidence: float, seed: int
     return judge_rate([1.0] * met + [0.0] * (sent - met), bound, "min", confidence, seed)
 
 
+def slo_gate_id(gate: SLOGate) -> GateId:
+    """The gate's name before its level is found and before any load profile."""
+    return GateId("slo", level=gate.level or "heaviest")
+
+
 def slo_outcome(gate: SLOGate, ev: Evidence, confidence: float, seed: int) -> GateOutcome:
     where = gate.level or "heaviest"
-    name = GateId("slo", level=where)
+    name = slo_gate_id(gate)
     if ev.device not in gate.devices:
         return GateOutcome.of(name, "not_applicable", f"judges {', '.join(gate.devices)} "
                            f"measurements; this run is {ev.device}")

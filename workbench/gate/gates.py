@@ -23,11 +23,12 @@ from workbench.config.gate_policy import (
     QualityGate,
     SLOGate,
 )
-from workbench.gate.capacity import capacity_outcome
+from workbench.gate.capacity import CAPACITY_GATE, capacity_outcome
 from workbench.gate.comparability import comparability
 from workbench.gate.evidence import Evidence, GateId, GateOutcome
-from workbench.gate.floors import rate_bound, slo_outcome
+from workbench.gate.floors import rate_bound, slo_gate_id, slo_outcome
 from workbench.gate.latency import (
+    latency_gate_id,
     latency_outcomes,
     ratio,
 )
@@ -366,13 +367,12 @@ def _one_load_gate(gate: LoadGate, policy: GatePolicy, ev: Evidence, seed: int,
 
 
 def _load_gate_id(gate: LoadGate) -> GateId:
-    """A load gate's name before any level (what latency, floors and capacity name it)."""
+    """A load gate's name before any level, as its own module names it."""
     if isinstance(gate, LatencyGate):
-        return GateId("latency", gate.metric,
-                      check="max_ratio" if gate.max_ratio is not None else "min_ratio")
+        return latency_gate_id(gate)
     if isinstance(gate, SLOGate):
-        return GateId("slo", level=gate.level or "heaviest")
-    return GateId("capacity", "at_slo", check="min_ratio")
+        return slo_gate_id(gate)
+    return CAPACITY_GATE
 
 
 def _for_profile(outcome: GateOutcome, profile: str) -> GateOutcome:

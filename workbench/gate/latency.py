@@ -20,9 +20,9 @@ from workbench.config.gate_policy import LATENCY_METRICS, GatePolicy, LatencyGat
 from workbench.gate.evidence import Evidence, GateId, GateOutcome
 from workbench.loadtest.results import LevelResult, LoadResult, per_request_ms
 
-__all__ = ["MIN_TAIL", "Judgement", "latency_judgement", "latency_outcomes", "level_value", "ratio",
-           "ratio_interval", "round_values", "session_ratio_interval", "wider_than_margin",
-           "within_session_interval"]
+__all__ = ["MIN_TAIL", "Judgement", "latency_gate_id", "latency_judgement", "latency_outcomes",
+           "level_value", "ratio", "ratio_interval", "round_values", "session_ratio_interval",
+           "wider_than_margin", "within_session_interval"]
 
 Judgement = Literal["pass", "fail", "inconclusive"]
 
@@ -124,13 +124,19 @@ def within_session_interval(metric: str, raw_dirs: tuple[Path, Path] | None,
     return ratio_interval(b, c, q, confidence, resamples, seed)
 
 
+def latency_gate_id(gate: LatencyGate) -> GateId:
+    """The gate's name before any level or load profile."""
+    return GateId("latency", gate.metric,
+                  check="max_ratio" if gate.max_ratio is not None else "min_ratio")
+
+
 def latency_outcomes(gate: LatencyGate, ev: Evidence, policy: GatePolicy, seed: int
                       ) -> list[GateOutcome]:
     from scipy import stats  # 0.8 s to import: loaded when judging (docs/architecture.md)
 
     bound = "max" if gate.max_ratio is not None else "min"
     limit = float(gate.max_ratio if gate.max_ratio is not None else gate.min_ratio or 0)
-    name = GateId("latency", gate.metric, check=f"{bound}_ratio")
+    name = latency_gate_id(gate)
     base, cand = ev.base_load, ev.cand_load
     if ev.device not in gate.devices:
         return [GateOutcome.of(name, "not_applicable", f"judges {', '.join(gate.devices)} "

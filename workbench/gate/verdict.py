@@ -21,7 +21,7 @@ from workbench.gate.evidence import Evidence, GateOutcome, LoadView
 from workbench.gate.gates import decide, evaluate_gates, measured_kinds
 from workbench.gate.looks import Looks, one_look
 from workbench.gate.paired import ALL, Comparisons, SliceComparison
-from workbench.measure.measurement import Measurement
+from workbench.measure.measurement import LOAD_DIR, Measurement, further_load_dir
 from workbench.suites.definition import Suite
 from workbench.suites.scorers.fidelity import compare_fidelity
 
@@ -106,7 +106,7 @@ def evidence(base: Measurement | None, cand: Measurement | None, fidelity: dict,
         base_headroom=base.headroom if base else {}, cand_headroom=cand.headroom if cand else {},
         fidelity=fidelity,
         # per-request load data, for the latency ratios' intervals
-        raw_dirs=(run_dir / "baseline" / "load", run_dir / "candidate" / "load"),
+        raw_dirs=(run_dir / "baseline" / LOAD_DIR, run_dir / "candidate" / LOAD_DIR),
         unmeasured={role: m.server.unmeasured for role, m in (("baseline", base),
                                                               ("candidate", cand))
                     if m is not None and m.server.unmeasured},
@@ -124,7 +124,8 @@ def _further_load(base: Measurement | None, cand: Measurement | None, run_dir: P
     return {name: LoadView(
         base.further_load.get(name) if base else None,
         cand.further_load.get(name) if cand else None,
-        (run_dir / "baseline" / f"load-{name}", run_dir / "candidate" / f"load-{name}"))
+        (run_dir / "baseline" / further_load_dir(name),
+         run_dir / "candidate" / further_load_dir(name)))
         for name in names}
 
 
