@@ -49,10 +49,17 @@ from workbench.suites.definition import Suite
 from workbench.suites.results import SCORING_VERSION, SuiteResult
 from workbench.suites.runner import run_suite
 
-__all__ = ["MEASUREMENT_FILE", "SAMPLING", "Measurement", "baseline_key", "cached_measurement",
-           "cached_pair", "load_pair", "measure", "pair_key", "store_pair"]
+__all__ = ["LOAD_DIR", "MEASUREMENT_FILE", "SAMPLING", "Measurement", "baseline_key",
+           "cached_measurement", "cached_pair", "further_load_dir", "load_pair", "measure",
+           "pair_key", "store_pair"]
 
 MEASUREMENT_FILE = "measurement.json"
+LOAD_DIR = "load"  # a side's load test of the run's own profile, in its folder
+
+
+def further_load_dir(profile: str) -> str:
+    """The folder beside LOAD_DIR that a further load profile's files go to."""
+    return f"{LOAD_DIR}-{profile}"
 SAMPLING = {"temperature": 0.0, "api": "chat.completions"}
 
 
@@ -211,7 +218,7 @@ def _load_test(cfg: RunConfig, name: str, server: EngineServer | Endpoint,
     """One load profile's levels (and capacity search) on the running engine; a further
     profile's files go to load-<name>/ beside the run's own load/."""
     profile = cfg.load.profiles[name]
-    folder = out_dir / ("load" if name == cfg.load.profile else f"load-{name}")
+    folder = out_dir / (LOAD_DIR if name == cfg.load.profile else further_load_dir(name))
     with status(console, f"\\[{role}] load profile {name!r}: warm-up, levels "
                          f"{', '.join(f'{x:g}' for x in profile.levels)}"):
         return run_load_test(
@@ -263,7 +270,7 @@ def measure(cfg: RunConfig, role: str, model_dir: Path, served: str, extra_args:
     started = time.perf_counter()
     server = _server(cfg, role, model_dir, served, extra_args, out_dir, device)
     attached = isinstance(server, Endpoint)
-    client = LoadClient(out_dir / "load" / "bench-client.log")
+    client = LoadClient(out_dir / LOAD_DIR / "bench-client.log")
     try:
         with library_credentials(server.api_key):
             if not suites:

@@ -19,8 +19,7 @@ def slo_lines(rec: DecisionRecord) -> list[str]:
 
 def _slo_lines(loads: Mapping[Any, Any], cost: Mapping[Any, Any]) -> list[str]:
     lines = []
-    rows = [(who, lv) for who in ("baseline", "candidate")
-            for lv in loads.get(who, {}).get("levels", []) if lv.get("slo")]
+    rows = [(who, lv) for who, lv in _levels(loads) if lv.get("slo")]
     if rows:
         slo = rows[0][1]["slo"]
         lines += ["", f"SLO: TTFT p99 ≤ {slo['ttft_p99_ms']:.0f} ms, TPOT p99 ≤ "
@@ -46,6 +45,12 @@ def _slo_lines(loads: Mapping[Any, Any], cost: Mapping[Any, Any]) -> list[str]:
                          f"${at['usd_per_million_output_tokens']:.2f} per million output "
                          "tokens.")
     return lines
+
+
+def _levels(loads: Mapping[Any, Any]) -> list[tuple[str, dict]]:
+    """(model, level) for every level of the baseline, then of the candidate."""
+    return [(who, lv) for who in ("baseline", "candidate")
+            for lv in loads.get(who, {}).get("levels", [])]
 
 
 def _stats(stats: dict | None, keys: tuple[str, ...] = ("p50", "p99")) -> str:
@@ -119,8 +124,7 @@ def _bucket_lines(levels: list[tuple[str, dict]]) -> list[str]:
 
 
 def load_lines(rec: DecisionRecord) -> list[str]:
-    levels = [(who, lv) for who in ("baseline", "candidate")
-              for lv in rec.load.get(who, {}).get("levels", [])]
+    levels = _levels(rec.load)
     lines = ["", "## Load", ""]
     workload = _workload_line(rec.load.get("baseline", {}))
     lines += [workload, ""] if workload else []
@@ -156,8 +160,7 @@ def further_load_lines(rec: DecisionRecord) -> list[str]:
     lines: list[str] = []
     for name, further in rec.further_load.items():
         loads: Mapping[Any, Any] = further["load"]
-        levels = [(who, lv) for who in ("baseline", "candidate")
-                  for lv in loads.get(who, {}).get("levels", [])]
+        levels = _levels(loads)
         workload = _workload_line(loads.get("baseline", {}))
         lines += ["", f"## Load profile `{name}`", "",
                   "Measured in the same engine sessions, after the run's own profile; its "
