@@ -11,18 +11,15 @@ import math
 from dataclasses import asdict, dataclass, replace
 from typing import Literal
 
-import numpy as np
-
 from workbench.config.gate_policy import (
     CapacityGate,
-    FidelityGate,
     GatePolicy,
     HealthGate,
     LatencyGate,
-    MemoryGate,
     QualityGate,
     SLOGate,
 )
+from workbench.gate.bounds import fidelity_outcomes, memory_outcome
 from workbench.gate.capacity import CAPACITY_GATE, capacity_outcome
 from workbench.gate.comparability import comparability
 from workbench.gate.evidence import Evidence, GateId, GateOutcome
@@ -30,7 +27,6 @@ from workbench.gate.floors import rate_bound, slo_gate_id, slo_outcome
 from workbench.gate.latency import (
     latency_gate_id,
     latency_outcomes,
-    ratio,
 )
 from workbench.gate.paired import (
     Comparisons,
@@ -38,11 +34,9 @@ from workbench.gate.paired import (
     Status,
     clears_above,
     clears_below,
-    count_flips,
     evidence_strength,
     holm_adjust,
     nothing_to_lose,
-    paired_scores,
 )
 from workbench.suites.results import SuiteResult
 
@@ -243,67 +237,6 @@ def _health_gate_checks(gate: HealthGate, ev: Evidence, compared: Comparisons
     return checks, outcomes
 
 
-def _memory_outcome(gate: MemoryGate, ev: Evidence) -> GateOutcome:
-    bound = "max" if gate.max_ratio is not None else "min"
-    limit = float(gate.max_ratio if gate.max_ratio is not None else gate.min_ratio or 0)
-    name = GateId("memory", gate.metric, check=f"{bound}_ratio")
-    base, cand = ev.base_headroom, ev.cand_headroom
-    at = [role for role, figures in ev.unmeasured.items() if gate.metric in figures]
-    if at:
-        where = f"{gate.metric} cannot be measured at the {' and '.join(at)}'s endpoint"
-        if gate.at_endpoints == "not_applicable":
-            return GateOutcome.of(name, "not_applicable", f"{where} (policy: at_endpoints: "
-                               "not_applicable)")
-        return GateOutcome.of(name, "fail", f"{where} (fail closed; a policy that accepts this "
-                           "marks the gate at_endpoints: not_applicable)")
-    bv, cv = float(base.get(gate.metric) or math.nan), float(cand.get(gate.metric) or math.nan)
-    value = ratio(bv, cv)
-    if math.isnan(value):
-        return GateOutcome.of(name, "fail", f"{gate.metric} not measured (fail closed)")
-    ok = value <= limit if bound == "max" else value >= limit
-    return GateOutcome.of(name, "pass" if ok else "fail",
-                       f"{gate.metric} {bv:.0f} -> {cv:.0f}, ratio {value:.3f} ({bound} {limit})",
-                       limit, value, {"baseline": bv, "candidate": cv})
-
-
-def _fidelity_outcomes(gate: FidelityGate, ev: Evidence) -> list[GateOutcome]:
-    name = GateId("fidelity", gate.suite)
-    out = []
-    token_level = ev.fidelity.get(gate.suite) or {}
-    agreement = token_level.get("agreement") or {}
-    for key, bound, better in (("kl_mean", gate.max_kl_mean, "max"),
-                               ("top1_agreement", gate.min_top1_agreement, "min"),
-                               ("identical_share", gate.min_identical_share, "min"),
-                               ("prefix_agreement", gate.min_prefix_agreement, "min")):
-        if bound is None:
-            continue
-        value = token_level.get(key, agreement.get(key))
-        if value is None:
-            why = (": a run recorded before generation agreement existed, or with "
-                   "agreement_tokens 0" if key in ("identical_share", "prefix_agreement") else "")
-            out.append(GateOutcome.of(replace(name, check=key), "fail",
-                                      f"{key} of {gate.suite!r} not measured (fail closed{why})"))
-            continue
-        ok = value <= bound if better == "max" else value >= bound
-        out.append(GateOutcome.of(replace(name, check=key), "pass" if ok else "fail",
-                               f"{key} {value:.4f} ({better} {bound})", bound, value))
-    if gate.max_flip_rate is not None:
-        base, cand = ev.base_suites.get(gate.suite), ev.cand_suites.get(gate.suite)
-        b, c = paired_scores(base, cand) if base and cand else ([], [])
-        if not b:
-            out.append(GateOutcome.of(replace(name, check="flip_rate"), "fail",
-                                      f"no paired items of {gate.suite!r} (fail closed)"))
-        else:
-            lost, gained = count_flips(np.asarray(b), np.asarray(c))
-            rate = (lost + gained) / len(b)
-            out.append(GateOutcome.of(
-                replace(name, check="flip_rate"), "pass" if rate <= gate.max_flip_rate else "fail",
-                f"{lost} lost + {gained} gained of {len(b)} = {rate:.3f} "
-                f"(max {gate.max_flip_rate})", gate.max_flip_rate, rate,
-                {"lost": lost, "gained": gained, "paired": len(b)}))
-    return out
-
-
 def evaluate_gates(policy: GatePolicy, ev: Evidence, seed: int,
                    compared: Comparisons | None = None) -> list[GateOutcome]:
     """Every gate of the policy, judged on the evidence: pass, fail, inconclusive or
@@ -323,10 +256,10 @@ def evaluate_gates(policy: GatePolicy, ev: Evidence, seed: int,
         floors += f
     outcomes = _judge_paired(checks, policy) + floors
     for fid in policy.fidelity:
-        outcomes += _fidelity_outcomes(fid, ev)
+        outcomes += fidelity_outcomes(fid, ev)
     outcomes += _load_outcomes(policy, ev, seed, compared.confidence)
     for mem in policy.memory:
-        outcomes.append(_memory_outcome(mem, ev))
+        outcomes.append(memory_outcome(mem, ev))
     if ev.servers is not None:
         outcomes.append(comparability(*ev.servers, ev.base_suites, ev.cand_suites)[1])
     return bound_false_rejects(outcomes, policy)
@@ -389,11 +322,14 @@ def measured_kinds(ev: Evidence) -> dict[str, str]:
 def decide(outcomes: list[GateOutcome], inconclusive_blocks: bool = True
            ) -> Literal["promote", "reject", "inconclusive"]:
     """Reject on any failure (or when nothing was judged); promote when every applicable
-    gate passed, or when the rest are inconclusive and the policy lets that through.
+    gate passed, or when the rest are inconclusive and the policy lets that through; a
+    gate left not measured (a candidate stopped early) never lets a promotion through.
     Informational gates are shown, never counted."""
     judged = [o for o in outcomes if o.status != "not_applicable" and not o.informational]
     if not judged or any(o.status == "fail" for o in judged):
         return "reject"
+    if any(o.status == "not_measured" for o in judged):
+        return "inconclusive"
     if inconclusive_blocks and any(o.status == "inconclusive" for o in judged):
         return "inconclusive"
     return "promote"

@@ -20,7 +20,9 @@ __all__ = ["ALL", "POWER", "TIE", "Comparisons", "EvidenceStrength", "Paired", "
            "item_value", "nothing_to_lose", "paired_delta", "paired_delta_and_means",
            "paired_scores", "tolerable_churn"]
 
-Status = Literal["pass", "fail", "inconclusive", "not_applicable"]
+# not_measured: the evidence was never gathered, the candidate having been stopped after a
+# gate failed past doubt (gate/early.py); it is never a pass
+Status = Literal["pass", "fail", "inconclusive", "not_applicable", "not_measured"]
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,190 @@
+"""Stopping a candidate that has already failed: after each of its suites, the gates whose
+evidence is then complete are judged by the very code that judges them at the end, and a
+fail that no later suite can turn back ends the measurement (docs/gates.md, "Stopping
+early").
+
+Past doubt means: the gate fails at the level its look is judged at, and, under Holm's
+adjustment, its one-sided p-value is at most alpha over every test the final judgement
+will count. Holm rejects any test whose p-value is at most alpha/m (its first step: every
+smaller p-value passes its own, looser step too), so such a fail survives the adjustment
+whatever the later suites show; m is counted from the baseline judged against itself, an
+upper bound on the tests of any candidate. A gate without a p-value (a fidelity bound, a
+recovery ratio) compares a figure its suite has fixed. The intervals are the same at the
+end: every comparison is a bootstrap seeded alike (paired.Comparisons). Only failing is
+ever decided early: a promotion needs every gate, so nothing is promoted before the end.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+from workbench.config.gate_policy import GatePolicy
+from workbench.gate.evidence import Evidence, GateId, GateOutcome
+from workbench.gate.gates import POOLED, evaluate_gates
+from workbench.gate.paired import Comparisons
+from workbench.measure.watch import StoppedEarly, SuiteRun
+from workbench.suites.results import SuiteResult
+
+__all__ = ["LOAD_SECTIONS", "EarlyStop", "mark_not_measured", "past_doubt", "planned_outcomes",
+           "planned_tests", "suite_order"]
+
+# The gates whose evidence is one suite's items (and the gate's own figures of it)
+SUITE_SECTIONS = frozenset({"quality", "safety", "structured", "health", "fidelity"})
+LOAD_SECTIONS = frozenset({"latency", "slo", "capacity"})
+
+
+def _evidence(base: dict[str, SuiteResult], cand: dict[str, SuiteResult], device: str,
+              fidelity: dict) -> Evidence:
+    """The suites alone: no load, no headroom, no servers (those gates are not judged
+    early)."""
+    return Evidence(base_suites=base, cand_suites=cand, base_load=None, cand_load=None,
+                    device=device, fidelity=fidelity)
+
+
+def _p_fail(outcome: GateOutcome) -> float | None:
+    p = outcome.evidence.get("p_fail")
+    return p if isinstance(p, float) and not math.isnan(p) else None
+
+
+def planned_outcomes(policy: GatePolicy, base: dict[str, SuiteResult], device: str,
+                     seed: int) -> list[GateOutcome]:
+    """The baseline's suites judged against themselves: every suite gate the plan will
+    judge, with every check and slice a candidate's judgement can have."""
+    return evaluate_gates(policy, _evidence(base, base, device, {}), seed)
+
+
+def planned_tests(planned: list[GateOutcome], policy: GatePolicy, device: str,
+                  load_profiles: int) -> int:
+    """How many tests Holm's adjustment will count at the end, at most: every paired test
+    and floor with a p-value among the planned suite gates (a candidate's judgement has no
+    more: its checks and slices are the baseline's), and each SLO attainment test on each
+    gated load profile."""
+    suite_tests = sum(1 for o in planned if _p_fail(o) is not None)
+    slo_tests = sum(load_profiles for g in policy.slo
+                    if device in g.devices and g.min_attainment is not None)
+    return suite_tests + slo_tests
+
+
+def past_doubt(outcome: GateOutcome, measured: set[str], bound: float) -> bool:
+    """Whether a gate's fail is final: a counted gate on one suite that both models have
+    answered in full, failing at its look's level with a p-value (if it has one) at most
+    `bound` (alpha over the planned tests under Holm)."""
+    gate = outcome.identity
+    if outcome.status != "fail" or outcome.informational:
+        return False
+    if gate.section not in SUITE_SECTIONS or gate.subject == POOLED \
+            or gate.subject not in measured:
+        return False
+    p = _p_fail(outcome)
+    return p is None or p <= bound
+
+
+def suite_order(runs: list[SuiteRun], base: dict[str, SuiteResult],
+                planned: list[GateOutcome]) -> list[SuiteRun]:
+    """The cheapest decisive first: by the baseline's seconds for each run (its measured
+    rate; items where a cached result has no time) over the counted gates that judge the
+    run (the ways it can fail); runs no gate judges last, each group in the config's
+    order."""
+    gates: dict[str, int] = {}
+    for o in planned:
+        if not o.informational and o.identity.section in SUITE_SECTIONS:
+            gates[o.identity.subject] = gates.get(o.identity.subject, 0) + 1
+
+    def cost(run: SuiteRun) -> tuple[int, float]:
+        name = run[1]
+        result = base.get(name)
+        seconds = (result.seconds or float(result.n)) if result is not None else math.inf
+        judged = gates.get(name, 0)
+        return (0, seconds / judged) if judged else (1, 0.0)
+
+    return sorted(runs, key=cost)
+
+
+@dataclass
+class EarlyStop:
+    """The candidate's watch (measure/watch.py: SuiteWatch) for one run: its suites in the
+    cheapest decisive order, and a stop once they have failed it past doubt.
+
+    restrict: the half of each suite's items the decision reads (a tune trial's; identity
+    otherwise); fidelity: token-level fidelity of the given fidelity suites, read from both
+    models' stored log-probabilities."""
+
+    policy: GatePolicy  # the policy at the look's level (GatePolicy.for_look)
+    base: dict[str, SuiteResult]
+    device: str
+    seed: int
+    load_profiles: int
+    restrict: Callable[[str, SuiteResult], SuiteResult]
+    fidelity: Callable[[set[str]], dict]
+    _compared: Comparisons = field(init=False)
+    _base: dict[str, SuiteResult] = field(init=False)
+    _cand: dict[str, SuiteResult] = field(default_factory=dict, init=False)
+    _bound: float = field(init=False)
+    _level: str = field(init=False)
+    _planned: list[GateOutcome] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._compared = Comparisons(self.policy.confidence, self.policy.bootstrap_resamples,
+                                     self.seed)
+        self._base = {name: self.restrict(name, r) for name, r in self.base.items()}
+        self._planned = planned_outcomes(self.policy, self._base, self.device, self.seed)
+        alpha = (1 - self.policy.confidence) / 2
+        tests = planned_tests(self._planned, self.policy, self.device, self.load_profiles)
+        holm = self.policy.multiple_comparisons == "holm"
+        self._bound = alpha / max(tests, 1) if holm else alpha
+        self._level = (f"alpha {alpha:.3g} over {tests} tests: p <= {self._bound:.2g}"
+                       if holm else f"alpha {alpha:.3g}")
+
+    def order(self, runs: list[SuiteRun]) -> list[SuiteRun]:
+        return suite_order(runs, self.base, self._planned)
+
+    def after(self, done: dict[str, SuiteResult], left: list[str]) -> StoppedEarly | None:
+        for name, result in done.items():
+            if name not in self._cand:  # restricted once, so its comparisons are kept
+                self._cand[name] = self.restrict(name, result)
+        measured = set(self._cand) & set(self._base)
+        ev = _evidence(self._base, self._cand, self.device, self.fidelity(measured))
+        outcomes = evaluate_gates(self.policy, ev, self.seed, self._compared)
+        failed = [o for o in outcomes if past_doubt(o, measured, self._bound)]
+        if not failed:
+            return None
+        return StoppedEarly(after=list(done)[-1], gates=[o.gate for o in failed],
+                            evidence=[o.detail.split(";")[0] for o in failed],
+                            level=self._level, not_measured=left)
+
+
+def _not_measured(outcome: GateOutcome, stopped: StoppedEarly) -> GateOutcome:
+    return replace(outcome, status="not_measured", detail=(
+        f"not measured: the candidate was stopped after {stopped.after}, where "
+        f"{', '.join(stopped.gates)} failed past doubt ({stopped.level}); --measure-all "
+        "measures everything"), value=None, evidence={})
+
+
+def _left_out(outcome: GateOutcome, stopped: StoppedEarly) -> bool:
+    gate = outcome.identity
+    if gate.section in LOAD_SECTIONS:
+        return stopped.load_not_measured
+    if gate.section not in SUITE_SECTIONS:
+        return False
+    return gate.subject == POOLED or gate.subject in stopped.not_measured
+
+
+def mark_not_measured(outcomes: list[GateOutcome], stopped: StoppedEarly | None,
+                      base: dict[str, SuiteResult], health_gated: bool) -> list[GateOutcome]:
+    """The final judgement of a candidate stopped early: each gate whose evidence the stop
+    left out (a suite never run, the pooled health of a part, the load test) is not
+    measured rather than failed closed, and the health gate of each generating suite never
+    run is listed too. Without a stop, the outcomes as they are."""
+    if stopped is None:
+        return outcomes
+    out = [_not_measured(o, stopped) if _left_out(o, stopped) else o for o in outcomes]
+    names = {o.gate for o in out}
+    for run in stopped.not_measured:
+        gate = GateId("health", run)
+        result = base.get(run)
+        if health_gated and result is not None and result.generates \
+                and str(gate) not in names:
+            out.append(_not_measured(GateOutcome.of(gate, "not_measured", ""), stopped))
+    return out
