@@ -184,14 +184,21 @@ def test_a_looping_candidate_is_rejected_and_an_aa_passes(tiny_model: Path, tmp_
     assert gates["comparability"]["status"] == "pass", gates["comparability"]
     assert record["comparability"]["prefix_cache_at_start"]["candidate"].startswith("empty")
     assert record["decision"] in ("promote", "inconclusive")
+    assert record["early_stop"] is None  # an A/A is measured to the end
+    assert not any(g["status"] == "not_measured" for g in record["gates"])
+    stopped_run = check_the_looping_candidate_is_stopped_early(config, tmp_path, workbench)
 
     broken = workbench("evaluate", "--candidate", "looping", "--config", str(config),
-                       "--runs-dir", "runs", cwd=tmp_path)
+                       "--runs-dir", "runs", "--measure-all", cwd=tmp_path)
     assert broken.returncode == 1, broken.stdout + broken.stderr
     assert "baseline: reused cached results" in broken.stdout
-    record = json.loads(next((tmp_path / "runs").glob("*-looping/decision.json")).read_text())
+    # the stopped run's suite is reused, the rest measured
+    assert "looping: reused the 1 suite run(s) measured before it was stopped" in broken.stdout
+    run_dir = max(d for d in (tmp_path / "runs").glob("*-looping") if d != stopped_run)
+    record = json.loads((run_dir / "decision.json").read_text())
     gates = gates_by_name(record)
-    assert record["decision"] == "reject"
+    assert record["decision"] == "reject" and record["early_stop"] is None
+    assert record["load"]["candidate"]["levels"] and record["load"]["baseline"]["levels"]
     for name in ("health:advbench", "health:arithmetic", "health:(pooled)"):
         assert gates[name]["status"] == "fail", gates[name]
     advbench = record["suites"]["advbench"]
@@ -201,13 +208,53 @@ def test_a_looping_candidate_is_rejected_and_an_aa_passes(tiny_model: Path, tmp_
         advbench["baseline"]["metrics"]["refusal_rate"]
     assert advbench["candidate"]["accuracy"] <= advbench["baseline"]["accuracy"]
     assert "health:(pooled)" in broken.stdout
-    markdown = next((tmp_path / "runs").glob("*-looping/decision.md")).read_text()
+    markdown = (run_dir / "decision.md").read_text()
     assert "## Generation health" in markdown and "looping" in markdown
     # next-word, which no gate names, is judged by the policy's default, and fails
     assert gates["quality:next-word"]["status"] == "fail", gates["quality:next-word"]
     assert record["policy"]["coverage"]["next-word"] == "the policy's quality default"
-    run_dir = next((tmp_path / "runs").glob("*-looping"))
     check_regated_looping_run(run_dir, tmp_path, workbench)
+
+
+def check_the_looping_candidate_is_stopped_early(config: Path, tmp_path: Path,
+                                                 workbench) -> Path:
+    """Measured by default, the looping model is stopped after the first suite that fails
+    it past doubt: the rest of its suites and both models' load test are not measured; the
+    record, decision.md and MLflow say which and why; the decision is the reject it is."""
+    stopped = workbench("evaluate", "--candidate", "looping", "--config", str(config),
+                        "--runs-dir", "runs", cwd=tmp_path)
+    assert stopped.returncode == 1, stopped.stdout + stopped.stderr
+    assert "looping stopped early after" in stopped.stdout
+    run_dir = next((tmp_path / "runs").glob("*-looping"))
+    record = json.loads((run_dir / "decision.json").read_text())
+    stop = record["early_stop"]
+    assert record["decision"] == "reject" and stop is not None and stop["load_not_measured"]
+    assert "tests: p <=" in stop["level"]
+    gates = gates_by_name(record)
+    assert stop["gates"] and all(gates[g]["status"] == "fail" for g in stop["gates"])
+    # the first suite it ran decided it: every other suite is left out, and named
+    measured = set(record["suites"])
+    assert measured == {stop["after"]} and len(stop["not_measured"]) == 3
+    assert not set(stop["not_measured"]) & measured
+    left_out = {g["gate"] for g in record["gates"] if g["status"] == "not_measured"}
+    assert any(g.startswith("latency:") for g in left_out) and "health:(pooled)" in left_out
+    for suite in stop["not_measured"]:
+        assert not (run_dir / "candidate" / f"items-{suite}.jsonl").exists()
+    # the baseline came from the cache: its load session, due after the candidate's
+    # suites, was not run either
+    assert record["load"]["candidate"]["levels"] == [] == record["load"]["baseline"]["levels"]
+    markdown = (run_dir / "decision.md").read_text()
+    assert "**Stopped early** after" in markdown and "Not measured:" in markdown
+    assert "NOT MEASURED" in markdown
+
+    import mlflow
+
+    mlflow.set_tracking_uri(record["mlflow"]["tracking_uri"])
+    run = mlflow.MlflowClient().get_run(record["mlflow"]["run_id"])
+    assert run.data.tags["stopped_early"] == "true"
+    assert run.data.tags["stopped_early.after"] == stop["after"]
+    assert run.data.tags["mlflow.runName"].endswith("stopped early")
+    return run_dir
 
 
 PLAIN = GATES.replace("defaults:\n  quality: {max_drop: 0.05}\n", "")

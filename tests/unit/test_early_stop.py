@@ -141,7 +141,7 @@ def test_the_final_judgement_says_what_was_not_measured_and_never_promotes() -> 
                 GateOutcome.of(GateId("quality", "long"), "fail", "results missing"),
                 GateOutcome.of(GateId("health", "(pooled)"), "pass", "over a part"),
                 GateOutcome.of(GateId("latency", "tpot_p50_ms"), "fail", "no load")]
-    marked = mark_not_measured(outcomes, stop, base, health_gated=True)
+    marked = mark_not_measured(outcomes, stop, base, POLICY.health)
     status = {o.gate: o.status for o in marked}
     assert status == {"quality:arithmetic": "fail", "quality:long": "not_measured",
                       "health:(pooled)": "not_measured", "latency:tpot_p50_ms": "not_measured",
@@ -151,7 +151,23 @@ def test_the_final_judgement_says_what_was_not_measured_and_never_promotes() -> 
     passed = [replace(o, status="pass") if o.status == "fail" else o for o in marked]
     assert decide(passed) == "inconclusive"  # re-judged under a laxer policy: still no promote
     assert decide(passed, inconclusive_blocks=False) == "inconclusive"
-    assert mark_not_measured(outcomes, None, base, True) == outcomes
+    assert mark_not_measured(outcomes, None, base, POLICY.health) == outcomes
+
+
+def test_a_stop_after_a_suite_that_generates_nothing_leaves_health_not_measured() -> None:
+    """Stopped after a multiple-choice suite, the judgement sees no generating suite
+    measured; the health gates of those left out, and their pooled one, are not measured,
+    not "not applicable"."""
+    base = baseline()
+    base["choice"] = result("choice", [1.0] * 40)
+    stop = StoppedEarly("choice", ["quality:choice"], ["lost"], "alpha",
+                        ["arithmetic", "multilingual", "long"])
+    outcomes = [GateOutcome.of(GateId("quality", "choice"), "fail", "lost"),
+                GateOutcome.of(GateId("health"), "not_applicable", "no suite generates")]
+    status = {o.gate: o.status for o in mark_not_measured(outcomes, stop, base, POLICY.health)}
+    assert status == {"quality:choice": "fail", "health:arithmetic": "not_measured",
+                      "health:multilingual": "not_measured", "health:long": "not_measured",
+                      "health:(pooled)": "not_measured"}
 
 
 def aa_candidate(base: dict[str, SuiteResult], seed: int) -> dict[str, SuiteResult]:

@@ -142,7 +142,7 @@ def test_evaluate_skips_a_due_second_look_over_the_bound_and_says_so(
     console = Console(record=True, width=300)
     pair = _pair({"arithmetic": 600}, {"arithmetic": 900}, (700, 1000))
     assert evaluate._second_look(p, pair, first, tmp_path, console,  # type: ignore[arg-type]
-                                 remeasure=False) is None
+                                 remeasure=False, measure_all=False) is None
     skipped = first.policy["looks"]["skipped"]
     assert "second_look_max_minutes (30)" in skipped
     text = " ".join(console.export_text().split())
@@ -150,9 +150,10 @@ def test_evaluate_skips_a_due_second_look_over_the_bound_and_says_so(
         in text
     assert not (tmp_path / "look-1").exists()  # the first look's files stay where they are
     # under the bound, the same run takes its second look (measured by measure_planned)
-    monkeypatch.setattr(evaluate, "measure_planned", lambda *a: "measured")
+    monkeypatch.setattr(evaluate, "measure_planned", lambda *a, **k: "measured")
     del first.policy["looks"]["skipped"]
     p.policy = GatePolicy(second_look=True, second_look_max_minutes=600)
     taken = evaluate._second_look(p, _pair({"arithmetic": 600}, {}, (700, 0)), first,
-                                  tmp_path, console, remeasure=False)  # type: ignore[arg-type]
+                                  tmp_path, console, remeasure=False,  # type: ignore[arg-type]
+                                  measure_all=False)
     assert taken is not None and taken[1] == "measured" and "skipped" not in first.policy["looks"]

@@ -68,13 +68,19 @@ def main() -> None:
                    "measured in the same engine sessions and gated.")
 @profile_option
 @remeasure_option
+@click.option("--measure-all", is_flag=True,
+              help="Measure every suite and the load test even after a gate has failed "
+                   "past doubt (by default the candidate is stopped there: any failed gate "
+                   "rejects, so the rest could not change the decision; docs/gates.md, "
+                   "'Stopping early').")
 @endpoint_options
 @junit_option
 @summary_option
 @candidate_job
 def evaluate(config_path: str, candidate: str, runs_dir: Path, load_profile: str | None,
-             profile: str | None, remeasure: bool, baseline_endpoint: str | None,
-             candidate_endpoint: str | None, junit: Path | None, summary: Path | None) -> int:
+             profile: str | None, remeasure: bool, measure_all: bool,
+             baseline_endpoint: str | None, candidate_endpoint: str | None,
+             junit: Path | None, summary: Path | None) -> int:
     """Run the whole pipeline for one candidate and decide promote / reject / inconclusive.
 
     Reuses the cached quantised artifact, the cached baseline results and, with nothing
@@ -87,7 +93,7 @@ def evaluate(config_path: str, candidate: str, runs_dir: Path, load_profile: str
     install_sigterm_as_interrupt()
     cfg = load_run_config(config_path, load_profile, baseline_endpoint, candidate_endpoint, profile)
     rec = run_evaluate(cfg, candidate, runs_dir, console, outputs_of(runs_dir, junit, summary),
-                       remeasure)
+                       remeasure, measure_all)
     write_ci_outputs(rec, junit, summary)
     return rec.exit_code
 

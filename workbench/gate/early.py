@@ -20,7 +20,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from workbench.config.gate_policy import GatePolicy
+from workbench.config.gate_policy import GatePolicy, HealthGate
 from workbench.gate.evidence import Evidence, GateId, GateOutcome
 from workbench.gate.gates import POOLED, evaluate_gates
 from workbench.gate.paired import Comparisons
@@ -171,20 +171,29 @@ def _left_out(outcome: GateOutcome, stopped: StoppedEarly) -> bool:
     return gate.subject == POOLED or gate.subject in stopped.not_measured
 
 
+def _generating(base: dict[str, SuiteResult], names: list[str]) -> list[str]:
+    return [n for n in names if (r := base.get(n)) is not None and r.generates]
+
+
 def mark_not_measured(outcomes: list[GateOutcome], stopped: StoppedEarly | None,
-                      base: dict[str, SuiteResult], health_gated: bool) -> list[GateOutcome]:
+                      base: dict[str, SuiteResult], health: HealthGate | None
+                      ) -> list[GateOutcome]:
     """The final judgement of a candidate stopped early: each gate whose evidence the stop
     left out (a suite never run, the pooled health of a part, the load test) is not
-    measured rather than failed closed, and the health gate of each generating suite never
-    run is listed too. Without a stop, the outcomes as they are."""
+    measured rather than failed closed, and the health gates of the generating suites never
+    run (and their pooled one) are listed too, also where the suites measured generate
+    nothing. Without a stop, the outcomes as they are."""
     if stopped is None:
         return outcomes
+    left_generating = _generating(base, stopped.not_measured)
+    if health is not None and left_generating:  # "no suite generates" is not so
+        outcomes = [o for o in outcomes if o.gate != "health"]
     out = [_not_measured(o, stopped) if _left_out(o, stopped) else o for o in outcomes]
     names = {o.gate for o in out}
-    for run in stopped.not_measured:
-        gate = GateId("health", run)
-        result = base.get(run)
-        if health_gated and result is not None and result.generates \
-                and str(gate) not in names:
-            out.append(_not_measured(GateOutcome.of(gate, "not_measured", ""), stopped))
+    missing = [GateId("health", run) for run in left_generating] if health is not None else []
+    if health is not None and health.pooled_max_drop is not None \
+            and len(_generating(base, list(base))) > 1:
+        missing.append(GateId("health", POOLED))
+    out += [_not_measured(GateOutcome.of(gate, "not_measured", ""), stopped)
+            for gate in missing if str(gate) not in names]
     return out

@@ -17,6 +17,7 @@ from typing_extensions import TypedDict
 
 from workbench.config.gate_policy import GatePolicy
 from workbench.gate.comparability import ComparabilitySection
+from workbench.gate.early import mark_not_measured
 from workbench.gate.evidence import Evidence, GateOutcome, LoadView
 from workbench.gate.gates import decide, evaluate_gates, measured_kinds
 from workbench.gate.looks import Looks, one_look
@@ -138,7 +139,9 @@ def judge(policy: GatePolicy, policy_path: Path, base: Measurement | None,
     per_look = policy.for_look(looks["planned"])
     ev = evidence(base, cand, fidelity, device, run_dir)
     compared = Comparisons(per_look.confidence, per_look.bootstrap_resamples, seed)
-    outcomes = evaluate_gates(per_look, ev, seed, compared)
+    outcomes = mark_not_measured(evaluate_gates(per_look, ev, seed, compared),
+                                 cand.stopped if cand else None, ev.base_suites,
+                                 policy.health)
     return GateReport(outcomes, decide(outcomes, per_look.inconclusive_blocks),
                       policy_summary(per_look, policy_path, outcomes, measured_kinds(ev),
                                      looks),
@@ -190,7 +193,8 @@ def policy_summary(policy: GatePolicy, path: Path, outcomes: list[GateOutcome],
         "confidence": policy.confidence, "bootstrap_resamples": policy.bootstrap_resamples,
         "inconclusive_blocks": policy.inconclusive_blocks,
         "multiple_comparisons": policy.multiple_comparisons,
-        "gates_judged": sum(o.status != "not_applicable" for o in counted),
+        "gates_judged": sum(o.status not in ("not_applicable", "not_measured")
+                            for o in counted),
         "paired_tests": len(paired), "alpha_one_sided": alpha, "tests": len(tests),
         # a candidate acceptable in truth (every delta at or above its margin, every rate
         # meeting its floor) fails one test with chance <= alpha; over k tests, some fail

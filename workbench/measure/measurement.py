@@ -8,7 +8,6 @@ candidate.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 import json
 import os
@@ -19,22 +18,20 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from rich.console import Console
-from rich.markup import escape
 
 from workbench.config.run_config import RunConfig
-from workbench.loadtest.bench import run_load_test
 from workbench.loadtest.client import LoadClient
 from workbench.loadtest.engine_metrics import parse_scrape
 from workbench.loadtest.headroom import PeakSampler, headroom
-from workbench.loadtest.results import LevelResult, LoadResult
-from workbench.loadtest.saturation import state_text
+from workbench.loadtest.results import LoadResult
 from workbench.loadtest.workload import Request
+from workbench.measure.load_run import LOAD_DIR, further_load_dir, load_tests
+from workbench.measure.watch import StoppedEarly, SuiteRun, SuiteWatch
 from workbench.mechanisms import cache_entry
 from workbench.mechanisms.digests import sha256_json
 from workbench.mechanisms.errors import InfraError
 from workbench.mechanisms.files import write_json
 from workbench.mechanisms.paths import cache_root
-from workbench.mechanisms.placement import apart
 from workbench.mechanisms.progress import counted, status
 from workbench.mechanisms.timing import span
 from workbench.serve.device import DeviceFacts, device_facts
@@ -49,17 +46,11 @@ from workbench.suites.definition import Suite
 from workbench.suites.results import SCORING_VERSION, SuiteResult
 from workbench.suites.runner import run_suite
 
-__all__ = ["LOAD_DIR", "MEASUREMENT_FILE", "SAMPLING", "Measurement", "baseline_key",
-           "cached_measurement", "cached_pair", "further_load_dir", "load_pair", "measure",
-           "pair_key", "store_pair"]
+__all__ = ["LOAD_DIR", "MEASUREMENT_FILE", "NOT_MEASURED", "SAMPLING", "Measurement",
+           "baseline_key", "cached_measurement", "cached_pair", "further_load_dir", "load_pair",
+           "measure", "not_measured_load", "pair_key", "store_pair"]
 
 MEASUREMENT_FILE = "measurement.json"
-LOAD_DIR = "load"  # a side's load test of the run's own profile, in its folder
-
-
-def further_load_dir(profile: str) -> str:
-    """The folder beside LOAD_DIR that a further load profile's files go to."""
-    return f"{LOAD_DIR}-{profile}"
 SAMPLING = {"temperature": 0.0, "api": "chat.completions"}
 
 
@@ -74,14 +65,17 @@ class Measurement:
     # each further load profile the run gates (load.also), measured after `load` in the
     # same engine sessions; each keeps its own later rounds
     further_load: dict[str, LoadResult] = field(default_factory=dict)
+    # why this candidate was measured no further (gate/early.py); None: measured in full
+    stopped: StoppedEarly | None = None
 
     def to_dict(self) -> dict:
         further = {"further_load": {k: v.to_dict() for k, v in self.further_load.items()}} \
             if self.further_load else {}
+        stopped = {"stopped": self.stopped.to_dict()} if self.stopped else {}
         return {"role": self.role, "server": asdict(self.server),
                 "suites": {k: v.to_dict() for k, v in self.suites.items()},
                 "load": self.load.to_dict(), "wall_time_s": self.wall_time_s,
-                "headroom": self.headroom, **further}
+                "headroom": self.headroom, **further, **stopped}
 
     def metrics(self) -> dict[str, float]:
         """This model's figures flattened for MLflow, named alike for every model (the
@@ -111,7 +105,18 @@ class Measurement:
                    load=LoadResult.from_dict(data["load"]), wall_time_s=data["wall_time_s"],
                    headroom=data.get("headroom", {}),
                    further_load={k: LoadResult.from_dict(v)
-                                 for k, v in data.get("further_load", {}).items()})
+                                 for k, v in data.get("further_load", {}).items()},
+                   stopped=StoppedEarly.from_dict(data.get("stopped")))
+
+
+NOT_MEASURED = "not measured"  # a load test's boundary when the session ran none
+
+
+def not_measured_load(cfg: RunConfig, name: str) -> LoadResult:
+    """The load result of a profile a session did not run (a candidate stopped early): no
+    levels, and said so in its boundary."""
+    return LoadResult(boundary=NOT_MEASURED, profile=cfg.load.profiles[name].model_dump(),
+                      levels=[], name=name)
 
 
 def baseline_key(cfg: RunConfig, model_digest: str, suites: list[Suite], device: str,
@@ -150,14 +155,27 @@ def _device_key(facts: DeviceFacts) -> dict:
     return key
 
 
+def _runs(suites: list[Suite], watch: SuiteWatch | None, done: dict[str, SuiteResult]
+          ) -> list[SuiteRun]:
+    """Every run of every suite not measured yet, in the watch's order (the cheapest
+    decisive first) or the config's."""
+    runs = [(s, name, guided) for s in suites for name, guided in s.spec.runs()
+            if name not in done]
+    return watch.order(runs) if watch is not None else runs
+
+
 def _run_suites(cfg: RunConfig, srv: EngineServer | Endpoint, served: str, suites: list[Suite],
-                out_dir: Path, console: Console, tokenizer_dir: Path, role: str, device: str
-                ) -> dict[str, SuiteResult]:
-    results = {}
+                out_dir: Path, console: Console, tokenizer_dir: Path, role: str, device: str,
+                watch: SuiteWatch | None = None, done: dict[str, SuiteResult] | None = None
+                ) -> tuple[dict[str, SuiteResult], StoppedEarly | None]:
+    """Each suite run not in `done` (measured by an earlier, stopped session), asking the
+    watch after each whether the candidate has failed past doubt: then the rest are left."""
+    results = dict(done or {})
     in_flight = device_facts(device, cfg.engine).suite_in_flight
     srv.info.device_facts.setdefault("suite_in_flight", in_flight)  # an endpoint's too
+    runs = _runs(suites, watch, results)
     with counted(console) as progress:
-        for suite, name, guided in ((s, n, g) for s in suites for n, g in s.spec.runs()):
+        for k, (suite, name, guided) in enumerate(runs):
             items = suite.sample(cfg.profile, cfg.seed)
             task = progress.add_task(f"{name} ({cfg.profile})", total=len(items))
             try:
@@ -173,26 +191,15 @@ def _run_suites(cfg: RunConfig, srv: EngineServer | Endpoint, served: str, suite
             except InfraError:
                 srv.check_alive()  # a dead engine is the better explanation, if so
                 raise
-    return results
+            stopped = watch.after(results, [n for _, n, _ in runs[k + 1:]]) \
+                if watch is not None else None
+            if stopped is not None:
+                return results, stopped
+    return results, None
 
 
 def _kv_usage(server: EngineServer | Endpoint) -> float:
     return parse_scrape(server.metrics()).gauges.get("vllm:kv_cache_usage_perc", 0.0)
-
-
-def _print_level(console: Console, role: str, lv: LevelResult) -> None:
-    skipped = f", {lv.skipped} not sent (duration bound)" if lv.skipped else ""
-    console.print(f"  \\[{role}] load {lv.key}: {lv.completed} requests, "
-                  f"{lv.output_throughput:.1f} out tok/s, TTFT p50/p99 "
-                  f"{lv.ttft_ms['p50']:.0f}/{lv.ttft_ms['p99']:.0f} ms, TPOT p50/p99 "
-                  f"{lv.tpot_ms['p50']:.1f}/{lv.tpot_ms['p99']:.1f} ms{skipped}"
-                  f"{state_text(lv.telemetry, lv.saturation)}")
-
-
-def _print_searched(console: Console, role: str, lv: LevelResult, ok: bool, why: str) -> None:
-    verdict = "[green]held[/]" if ok else "[red]did not hold[/]"
-    console.print(f"  \\[{role}] capacity search {lv.key}: {verdict} ({escape(why)}), "
-                  f"{lv.request_throughput:.2f} req/s, {lv.output_throughput:.1f} out tok/s")
 
 
 @contextlib.contextmanager
@@ -210,24 +217,6 @@ def library_credentials(api_key: str | None) -> Iterator[None]:
         os.environ.pop("OPENAI_API_KEY", None)
         if saved is not None:
             os.environ["OPENAI_API_KEY"] = saved
-
-
-def _load_test(cfg: RunConfig, name: str, server: EngineServer | Endpoint,
-               requests: list[Request], tokenizer_dir: Path, out_dir: Path, console: Console,
-               role: str, client: LoadClient, ceiling: bool) -> LoadResult:
-    """One load profile's levels (and capacity search) on the running engine; a further
-    profile's files go to load-<name>/ beside the run's own load/."""
-    profile = cfg.load.profiles[name]
-    folder = out_dir / (LOAD_DIR if name == cfg.load.profile else further_load_dir(name))
-    with status(console, f"\\[{role}] load profile {name!r}: warm-up, levels "
-                         f"{', '.join(f'{x:g}' for x in profile.levels)}"):
-        return run_load_test(
-            server.base_url, server.info.served_name, tokenizer_dir, profile,
-            folder, requests, name=name, check_engine=server.check_alive,
-            scrape=server.metrics, on_level=functools.partial(_print_level, console, role),
-            on_searched=functools.partial(_print_searched, console, role), ceiling=ceiling,
-            responsive=server.responsive, stall_s=cfg.engine.request_timeout_s,
-            client=client)
 
 
 def _server(cfg: RunConfig, role: str, model_dir: Path, served: str, extra_args: list[str],
@@ -261,11 +250,15 @@ def _start(server: EngineServer | Endpoint, role: str, model_dir: Path, device: 
 def measure(cfg: RunConfig, role: str, model_dir: Path, served: str, extra_args: list[str],
             suites: list[Suite], requests: list[Request], tokenizer_dir: Path, out_dir: Path,
             console: Console, device: str, ceiling: bool = True,
-            further: dict[str, list[Request]] | None = None) -> Measurement:
+            further: dict[str, list[Request]] | None = None,
+            watch: SuiteWatch | None = None, done: dict[str, SuiteResult] | None = None
+            ) -> Measurement:
     """Start the engine for one model (or attach to its endpoint), run every suite and the
     load sweep of each profile the run gates (its own, then `further`'s), stop it.
 
-    ceiling: also measure the load generator's own limit (once per run is enough)."""
+    ceiling: also measure the load generator's own limit (once per run is enough).
+    watch: the candidate's suites' order and early stop (measure/watch.py); a candidate
+    it stops runs no load test. done: suites an earlier, stopped session measured."""
     out_dir.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     server = _server(cfg, role, model_dir, served, extra_args, out_dir, device)
@@ -281,24 +274,21 @@ def measure(cfg: RunConfig, role: str, model_dir: Path, served: str, extra_args:
             pgid = server.process.pid if server.process is not None else None
             with PeakSampler(pgid, functools.partial(_kv_usage, server)) as peaks:
                 client.start()  # if not yet: it imports while the suites run
-                suite_results = _run_suites(cfg, server, server.info.served_name, suites,
-                                            out_dir, console, tokenizer_dir, role, device)
-                with span(f"{role}: load test", "load"), \
-                        apart(pgid if device == "cpu" else None, client.pgid) as placed:
-                    loads = {name: _load_test(cfg, name, server, reqs, tokenizer_dir, out_dir,
-                                              console, role, client, ceiling and i == 0)
-                             for i, (name, reqs) in enumerate(
-                                 {cfg.load.profile: requests, **(further or {})}.items())}
-                    if placed:
-                        loads = {name: dataclasses.replace(lr, boundary=f"{lr.boundary}; "
-                                                           f"{placed}")
-                                 for name, lr in loads.items()}
+                suite_results, stopped = _run_suites(
+                    cfg, server, server.info.served_name, suites, out_dir, console,
+                    tokenizer_dir, role, device, watch, done)
+                profiles = {cfg.load.profile: requests, **(further or {})}
+                loads = {name: not_measured_load(cfg, name) for name in profiles} \
+                    if stopped is not None else load_tests(
+                        cfg, server, profiles, tokenizer_dir, out_dir, console, role, client,
+                        ceiling, pgid if device == "cpu" else None)
                 load = loads.pop(cfg.load.profile)
         # read after the load, when the engine has reported its final cache figures
         final = server.metrics()
         server.info.cache_info = parse_cache_info(final) or server.info.cache_info
         room = headroom(None if attached else model_dir, server.info.cache_info,
-                        max(lr.longest_request_tokens for lr in (load, *loads.values())),
+                        max(r.prompt_tokens + r.output_tokens
+                            for reqs in profiles.values() for r in reqs),
                         peaks,
                         int(parse_scrape(final).counters.get("vllm:num_preemptions", 0)),
                         1 if attached else cfg.engine.data_parallel_size,
@@ -309,7 +299,8 @@ def measure(cfg: RunConfig, role: str, model_dir: Path, served: str, extra_args:
         with span(f"{role}: engine stop", "engine_stop"):
             server.stop()
     result = Measurement(role, server.info, suite_results, load,
-                         round(time.perf_counter() - started, 2), room.to_dict(), loads)
+                         round(time.perf_counter() - started, 2), room.to_dict(), loads,
+                         stopped)
     write_json(out_dir / MEASUREMENT_FILE, result.to_dict())
     return result
 

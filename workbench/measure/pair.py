@@ -2,6 +2,11 @@
 are there, the load test always beside the candidate's, in `load.rounds` engine sessions
 each (docs/load.md). A pair measured before with nothing changed comes from the cache
 whole: latency is still compared only between sessions that ran side by side.
+
+The candidate's suites are watched (measure/watch.py): one that has failed past doubt is
+measured no further, and neither model's load test runs for it. A cached baseline's load
+session therefore comes after the candidate's suites, so that a stopped candidate costs it
+nothing (docs/gates.md, "Stopping early").
 """
 
 from __future__ import annotations
@@ -23,14 +28,17 @@ from workbench.measure.measurement import (
     load_cached,
     load_pair,
     measure,
+    not_measured_load,
     pair_key,
     store_in_cache,
     store_pair,
 )
+from workbench.measure.watch import StoppedEarly, WatchFor
 from workbench.mechanisms.files import write_json
 from workbench.plan.plan import Plan
 from workbench.quantize.build import QuantizeResult
 from workbench.suites.definition import Suite
+from workbench.suites.results import SuiteResult
 from workbench.suites.split import ItemSplit
 
 __all__ = ["ROLES", "MeasuredPair", "Role", "baseline_entry", "measure_baseline_suites",
@@ -52,6 +60,11 @@ class MeasuredPair:
 
     def side(self, role: Role) -> Measurement:
         return self.baseline if role == "baseline" else self.candidate
+
+    @property
+    def stopped(self) -> StoppedEarly | None:
+        """Why the candidate was measured no further, when it was stopped early."""
+        return self.candidate.stopped
 
     def restricted(self, split: ItemSplit | None, suites: list[Suite]) -> MeasuredPair:
         """Both sides' suites over one half of their items (None: all of them); the load
@@ -93,6 +106,8 @@ def measure_baseline_suites(p: Plan, out_dir: Path, console: Console) -> Measure
 
 
 def _baseline(p: Plan, run_dir: Path, console: Console) -> tuple[Measurement, bool]:
+    """The baseline measured in full, or its suites from the cache (True): then its load
+    session is due after the candidate's suites (_with_load)."""
     out_dir = run_dir / "baseline"
     if p.cfg.endpoints.baseline is not None:
         console.print(f"[bold]baseline[/]: measuring at {p.cfg.endpoints.baseline.url} "
@@ -108,19 +123,33 @@ def _baseline(p: Plan, run_dir: Path, console: Console) -> tuple[Measurement, bo
         return measure_baseline_suites(p, out_dir, console), False
     shutil.copytree(cached, out_dir, dirs_exist_ok=True)
     console.print(f"[green]✓[/] baseline: reused cached results ({cached}); its load "
-                  "test runs again now, beside the candidate's (latency is compared only "
-                  "between sessions measured together)")
-    fresh = _load_session(p, "baseline", p.model_dir, [], out_dir, console)
-    m = replace(hit, load=fresh.load, further_load=fresh.further_load)
-    write_json(out_dir / MEASUREMENT_FILE, m.to_dict())
-    return m, True
+                  "test runs again after the candidate's suites, beside the candidate's "
+                  "(latency is compared only between sessions measured together)")
+    return hit, True
 
 
-def _candidate(p: Plan, q: QuantizeResult, run_dir: Path, console: Console) -> Measurement:
+def _candidate(p: Plan, q: QuantizeResult, run_dir: Path, console: Console,
+               base: Measurement, watch: WatchFor | None,
+               done: dict[str, SuiteResult] | None = None) -> Measurement:
+    """The candidate's session: its suites watched against the baseline's (the cheapest
+    decisive first), then its load test unless it was stopped; `done`: the suites a
+    stopped run of it measured already."""
     console.print(f"[bold]candidate {p.candidate_name}[/]: measuring")
-    return measure(p.cfg, "candidate", Path(q.path or p.model_dir),
-                   served_name(p, "candidate"), q.serve_args, p.suites, p.requests,
-                   p.model_dir, run_dir / "candidate", console, p.device, further=p.further)
+    m = measure(p.cfg, "candidate", Path(q.path or p.model_dir), served_name(p, "candidate"),
+                q.serve_args, p.suites, p.requests, p.model_dir, run_dir / "candidate",
+                console, p.device, further=p.further,
+                watch=watch(base.suites) if watch is not None else None, done=done)
+    if m.stopped is not None:
+        _say_stopped(console, p.candidate_name, m.stopped)
+    return m
+
+
+def _say_stopped(console: Console, name: str, stopped: StoppedEarly) -> None:
+    left = ", ".join(stopped.not_measured) or "no suite"
+    console.print(f"[bold red]{escape(name)} stopped early[/] after {escape(stopped.after)}: "
+                  f"{escape(', '.join(stopped.gates))} failed past doubt "
+                  f"({escape(stopped.level)}); not measured: {escape(left)} and both "
+                  "models' load test (--measure-all measures everything)")
 
 
 def _load_session(p: Plan, role: str, model_dir: Path, serve_args: list[str], out_dir: Path,
@@ -128,6 +157,27 @@ def _load_session(p: Plan, role: str, model_dir: Path, serve_args: list[str], ou
     """An engine session that runs the load test alone."""
     return measure(p.cfg, role, model_dir, served_name(p, role), serve_args, [], p.requests,
                    p.model_dir, out_dir, console, p.device, ceiling, p.further)
+
+
+def _with_load(p: Plan, q: QuantizeResult, base: Measurement, cand: Measurement,
+               base_cached: bool, run_dir: Path, console: Console
+               ) -> tuple[Measurement, Measurement]:
+    """Both models with every load round the plan asks for: a cached baseline's first
+    round in a session of its own, then the later rounds. A candidate stopped early gets
+    none, and nor does its baseline: its load is not measured in this run."""
+    out_dir = run_dir / "baseline"
+    if cand.stopped is not None:
+        if base_cached:
+            base = replace(base, load=not_measured_load(p.cfg, p.cfg.load.profile),
+                           further_load={name: not_measured_load(p.cfg, name)
+                                         for name in base.further_load})
+            write_json(out_dir / MEASUREMENT_FILE, base.to_dict())
+        return base, cand
+    if base_cached:
+        fresh = _load_session(p, "baseline", p.model_dir, [], out_dir, console)
+        base = replace(base, load=fresh.load, further_load=fresh.further_load)
+        write_json(out_dir / MEASUREMENT_FILE, base.to_dict())
+    return _later_rounds(p, q, base, cand, run_dir, console)
 
 
 def _later_rounds(p: Plan, q: QuantizeResult, base: Measurement, cand: Measurement,
@@ -171,32 +221,60 @@ def _what_the_candidate_serves(p: Plan, q: QuantizeResult) -> dict:
             "served_name": served_name(p, "candidate"), "rounds": p.cfg.load.rounds}
 
 
+def _stopped_suites(p: Plan, folder: Path, run_dir: Path, console: Console
+                    ) -> dict[str, SuiteResult] | None:
+    """A cached pair whose candidate was stopped early, asked to measure everything: the
+    suites it measured then (its item files copied into this run), to be completed; the
+    entry is dropped, since the completed pair replaces it. None: no such pair."""
+    hit = load_pair(folder)
+    if hit is None or hit[1].stopped is None:
+        return None
+    shutil.copytree(folder / "candidate", run_dir / "candidate", dirs_exist_ok=True)
+    (run_dir / "candidate" / MEASUREMENT_FILE).unlink(missing_ok=True)
+    shutil.rmtree(folder, ignore_errors=True)
+    console.print(f"[green]✓[/] {p.candidate_name}: reused the {len(hit[1].suites)} suite "
+                  "run(s) measured before it was stopped early; --measure-all measures the "
+                  "rest and the load test")
+    return hit[1].suites
+
+
+def _cached(p: Plan, q: QuantizeResult, folder: Path, run_dir: Path, console: Console
+            ) -> MeasuredPair | None:
+    hit = load_pair(folder, lambda why: console.print(
+        f"[yellow]![/] cached measurement dropped, measuring again: {escape(why)}"))
+    if hit is None:
+        return None
+    for role in ROLES:
+        shutil.copytree(folder / role, run_dir / role, dirs_exist_ok=True)
+    console.print(f"[green]✓[/] baseline and {p.candidate_name}: reused the pair "
+                  f"measured together ({folder}); --remeasure measures them again")
+    return MeasuredPair(q, hit[0], hit[1], {"baseline_results": True,
+                                            "measurement_pair": True})
+
+
 def measure_pair(p: Plan, q: QuantizeResult, run_dir: Path, console: Console,
-                 remeasure: bool) -> MeasuredPair:
-    """Baseline and candidate, measured together (or the pair from the cache)."""
+                 remeasure: bool, watch: WatchFor | None = None) -> MeasuredPair:
+    """Baseline and candidate, measured together (or the pair from the cache). watch: the
+    candidate's suites' order and early stop; None measures everything (--measure-all),
+    completing a cached pair that was stopped early."""
     if p.endpoint_roles:
         # what an endpoint serves can change under the same URL: measured every time
-        base = _baseline(p, run_dir, console)[0]
-        base, cand = _later_rounds(p, q, base, _candidate(p, q, run_dir, console), run_dir,
-                                   console)
+        base, _ = _baseline(p, run_dir, console)
+        base, cand = _with_load(p, q, base, _candidate(p, q, run_dir, console, base, watch),
+                                False, run_dir, console)
         return MeasuredPair(q, base, cand, {"baseline_results": False,
                                             "measurement_pair": False})
     folder = cached_pair(pair_key(_baseline_key(p), _what_the_candidate_serves(p, q)))
+    done = None
     if remeasure:
         shutil.rmtree(folder, ignore_errors=True)
-    else:
-        hit = load_pair(folder, lambda why: console.print(
-            f"[yellow]![/] cached measurement dropped, measuring again: {escape(why)}"))
-        if hit is not None:
-            for role in ROLES:
-                shutil.copytree(folder / role, run_dir / role, dirs_exist_ok=True)
-            console.print(f"[green]✓[/] baseline and {p.candidate_name}: reused the pair "
-                          f"measured together ({folder}); --remeasure measures them again")
-            return MeasuredPair(q, hit[0], hit[1], {"baseline_results": True,
-                                                    "measurement_pair": True})
+    elif watch is None and (done := _stopped_suites(p, folder, run_dir, console)) is not None:
+        pass
+    elif (hit := _cached(p, q, folder, run_dir, console)) is not None:
+        return hit
     base, base_hit = _baseline(p, run_dir, console)
-    base, cand = _later_rounds(p, q, base, _candidate(p, q, run_dir, console), run_dir,
-                               console)
+    cand = _candidate(p, q, run_dir, console, base, watch, done)
+    base, cand = _with_load(p, q, base, cand, base_hit, run_dir, console)
     store_pair(run_dir, folder)
     return MeasuredPair(q, base, cand, {"baseline_results": base_hit,
                                         "measurement_pair": False})

@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from workbench.config.run_config import RunConfig
+from workbench.gate.early import EarlyStop
 from workbench.gate.looks import (
     FIRST_LOOK_DIR,
     FirstLook,
@@ -27,6 +28,7 @@ from workbench.gate.looks import (
 )
 from workbench.gate.verdict import judge, token_fidelity
 from workbench.measure.pair import ROLES, MeasuredPair, baseline_entry, measure_pair
+from workbench.measure.watch import WatchFor
 from workbench.mechanisms.errors import InfraError
 from workbench.mechanisms.files import new_run_dir, write_json
 from workbench.mechanisms.timing import current, span, timeline
@@ -37,6 +39,7 @@ from workbench.record.build import build_record
 from workbench.record.decision import DecisionRecord
 from workbench.record.render import print_decision, write_record
 from workbench.record.store import POLICY_FILE, keep_first_look
+from workbench.suites.results import SuiteResult
 from workbench.tracking.run_log import (
     log_run,
     mlflow_section,
@@ -66,24 +69,50 @@ def stage(name: str, folder: Path, kind: str = "stage") -> Iterator[None]:
 
 
 def run_evaluate(cfg: RunConfig, candidate: str, runs_root: Path, console: Console,
-                 outputs: Outputs | None = None, remeasure: bool = False) -> DecisionRecord:
+                 outputs: Outputs | None = None, remeasure: bool = False,
+                 measure_all: bool = False) -> DecisionRecord:
     """The main job: every input checked (exit 2 before anything is written), then one
     candidate evaluated into a new run folder."""
     p = plan(cfg, candidate, outputs or Outputs(runs_dir=runs_root))
-    return evaluate_planned(p, new_run_dir(runs_root, candidate), console, remeasure)
+    return evaluate_planned(p, new_run_dir(runs_root, candidate), console, remeasure,
+                            measure_all=measure_all)
 
 
-def measure_planned(p: Plan, run_dir: Path, console: Console, remeasure: bool
-                    ) -> MeasuredPair:
-    """The stages that need an engine: quantise, then measure the pair. A sweep fanned out
-    on Ray runs this in a task on the candidate's devices (sweep/fanout.py). A plan judged
-    on half of the items (p.split) hands on only that half: the run folder and the cache
-    keep every item, nothing downstream sees the other half."""
+def early_stop(p: Plan, run_dir: Path, looks: int) -> WatchFor:
+    """The candidate's watch for this plan (gate/early.py): judged at the level of each of
+    the run's `looks`, on the half of the items the decision reads, fidelity from both
+    models' log-probabilities in the run folder."""
+    by_run = {name: s for s in p.suites for name, _ in s.spec.runs()}
+
+    def restrict(name: str, result: SuiteResult) -> SuiteResult:
+        return p.split.restrict(result, by_run[name]) if p.split and name in by_run \
+            else result
+
+    def fidelity(measured: set[str]) -> dict:
+        return token_fidelity([s for s in p.suites if s.name in measured], run_dir,
+                              p.split.keeps if p.split else None)
+
+    def watch(baseline_suites: dict[str, SuiteResult]) -> EarlyStop:
+        return EarlyStop(p.policy.for_look(looks), baseline_suites, p.device, p.cfg.seed,
+                         1 + len(p.cfg.load.also), restrict, fidelity)
+
+    return watch
+
+
+def measure_planned(p: Plan, run_dir: Path, console: Console, remeasure: bool,
+                    looks: int = 1, measure_all: bool = True) -> MeasuredPair:
+    """The stages that need an engine: quantise, then measure the pair, the candidate
+    stopped once it has failed past doubt at the level of each of the run's `looks`
+    (unless measure_all). A sweep fanned out on Ray runs this in a task on the candidate's
+    devices (sweep/fanout.py). A plan judged on half of the items (p.split) hands on only
+    that half: the run folder and the cache keep every item, nothing downstream sees the
+    other half."""
     with stage("quantise", run_dir, "quantise"):
         artifact = quantize_planned(p, run_dir, console)
+    watch = None if measure_all else early_stop(p, run_dir, looks)
     with stage("measure", run_dir):
-        return measure_pair(p, artifact, run_dir, console, remeasure).restricted(p.split,
-                                                                                 p.suites)
+        return measure_pair(p, artifact, run_dir, console, remeasure,
+                            watch).restricted(p.split, p.suites)
 
 
 def _keep_inputs(p: Plan, run_dir: Path) -> None:
@@ -122,7 +151,8 @@ def _first_look(p: Plan, handed_over: bool) -> Looks:
 
 
 def _second_look(p: Plan, pair: MeasuredPair, first: DecisionRecord, run_dir: Path,
-                 console: Console, remeasure: bool) -> tuple[Plan, MeasuredPair, Looks] | None:
+                 console: Console, remeasure: bool, measure_all: bool
+                 ) -> tuple[Plan, MeasuredPair, Looks] | None:
     """Every item measured, when the first look left gates open that more items could
     decide and failed none (gate/looks.py); the first look's measurements and record are
     kept in look-1/. None when no second look is due."""
@@ -146,7 +176,8 @@ def _second_look(p: Plan, pair: MeasuredPair, first: DecisionRecord, run_dir: Pa
     with stage("second look", run_dir):
         keep_first_look(run_dir)
     full = p.at_profile("full")
-    pair = measure_planned(full, run_dir, console, remeasure)
+    pair = measure_planned(full, run_dir, console, remeasure, looks=2,
+                           measure_all=measure_all)
     return full, pair, Looks(
         planned=2, taken=2, policy_confidence=looks["policy_confidence"],
         confidence_per_look=looks["confidence_per_look"],
@@ -163,18 +194,22 @@ def _too_long(p: Plan, pair: MeasuredPair) -> str | None:
 
 def evaluate_planned(p: Plan, run_dir: Path, console: Console, remeasure: bool = False,
                      parent: Tracker | None = None,
-                     measured: Callable[[], MeasuredPair] | None = None) -> DecisionRecord:
+                     measured: Callable[[], MeasuredPair] | None = None,
+                     measure_all: bool = True) -> DecisionRecord:
     """One candidate against its baseline, its inputs already checked (plan()): quantise,
     measure the pair, judge, record, log. `sweep` calls this for each of its candidates,
     as a child run of the sweep's MLflow run (parent); a fanned-out sweep passes
-    `measured`, which hands over what a Ray task measured (or raises what it failed with)."""
+    `measured`, which hands over what a Ray task measured (or raises what it failed with).
+    measure_all: measure every suite and the load test even once a gate has failed past
+    doubt; `evaluate` stops there unless asked (sweep and tune still measure every
+    candidate: their tables read every figure)."""
     with timeline():
-        return _evaluate(p, run_dir, console, remeasure, parent, measured)
+        return _evaluate(p, run_dir, console, remeasure, parent, measured, measure_all)
 
 
 def _evaluate(p: Plan, run_dir: Path, console: Console, remeasure: bool,
-              parent: Tracker | None, measured: Callable[[], MeasuredPair] | None
-              ) -> DecisionRecord:
+              parent: Tracker | None, measured: Callable[[], MeasuredPair] | None,
+              measure_all: bool) -> DecisionRecord:
     _keep_inputs(p, run_dir)
     console.print(f"run folder {run_dir} · device {p.device} · engine {p.engine_version}")
     if p.stand_in is not None:  # said first, and again beside the decision (the record)
@@ -185,12 +220,13 @@ def _evaluate(p: Plan, run_dir: Path, console: Console, remeasure: bool,
     with tracker_for(p.cfg, p.candidate_name, tags, console, parent) as tracker:
         tracker.log_params(run_params(p, run_dir))
         try:
+            first = _first_look(p, handed_over=measured is not None)
             measure = measured or functools.partial(measure_planned, p, run_dir, console,
-                                                    remeasure)
+                                                    remeasure, first["planned"], measure_all)
             pair = measure()
-            rec = _judge_and_record(p, pair, run_dir, tracker,
-                                    _first_look(p, handed_over=measured is not None))
-            looked_again = _second_look(p, pair, rec, run_dir, console, remeasure)
+            rec = _judge_and_record(p, pair, run_dir, tracker, first)
+            looked_again = _second_look(p, pair, rec, run_dir, console, remeasure,
+                                        measure_all)
             if looked_again is not None:
                 p, pair, looks = looked_again
                 rec = _judge_and_record(p, pair, run_dir, tracker, looks)

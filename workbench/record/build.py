@@ -13,6 +13,7 @@ from workbench.gate.verdict import GateReport, SuiteComparison
 from workbench.loadtest.results import LoadResult, cost_figures
 from workbench.measure.measurement import SAMPLING, Measurement
 from workbench.measure.pair import ROLES, MeasuredPair, Role
+from workbench.measure.watch import StoppedEarly
 from workbench.plan.plan import Plan
 from workbench.quantize.checks import gpu_capability
 from workbench.quantize.formats import runs_as
@@ -27,6 +28,7 @@ from workbench.record.rollout import rollout_section
 from workbench.record.sections import (
     BatchingJson,
     CostSection,
+    EarlyStopJson,
     EndpointSection,
     EngineSection,
     MlflowSection,
@@ -125,6 +127,15 @@ def _engine(p: Plan, base: Measurement, cand: Measurement) -> EngineSection:
                          if (batching := _batching(m.server)) is not None}}
 
 
+def _early_stop(stopped: StoppedEarly | None) -> EarlyStopJson | None:
+    if stopped is None:
+        return None
+    return EarlyStopJson(after=stopped.after, gates=list(stopped.gates),
+                         evidence=list(stopped.evidence), level=stopped.level,
+                         not_measured=list(stopped.not_measured),
+                         load_not_measured=stopped.load_not_measured)
+
+
 def _batching(server: ServerInfo) -> BatchingJson | None:
     """The batch the engine ran with; None at an endpoint and for a measurement made
     before the batch limits were recorded."""
@@ -190,5 +201,6 @@ def build_record(p: Plan, pair: MeasuredPair, report: GateReport, fidelity: dict
                                "cost": {role: _cost(p, role, m.further_load[name], name)
                                         for role, m in sides if name in m.further_load}}
                         for name in p.cfg.load.also}
+    rec.early_stop = _early_stop(cand.stopped)
     rec.rollout = rollout_section(rec, p.cfg.rollout)
     return rec

@@ -18,6 +18,7 @@ from workbench.mechanisms.host import cpu_model, cpu_vector_isa, native_bf16
 from workbench.record.sections import (
     CostSection,
     DeviceSection,
+    EarlyStopJson,
     EndpointSection,
     EngineSection,
     FidelityJson,
@@ -37,6 +38,7 @@ __all__ = ["SCHEMA_VERSION", "SEVERITY", "DecisionRecord", "FurtherLoad", "Role"
            "counted", "gate_counts", "host_facts", "quantization_metrics", "record_metrics",
            "worst_first"]
 
+# 13: a candidate stopped early (early_stop; the gates it left out are not_measured);
 # 12: the Rollout section (twelve fields, each model's fleet for a declared peak), the
 # engine's batch, the cost per accepted token, the registry's champion before this run (a
 # promotion's rollback target), further load profiles gated in the same run (further_load;
@@ -55,7 +57,7 @@ __all__ = ["SCHEMA_VERSION", "SEVERITY", "DecisionRecord", "FurtherLoad", "Role"
 # by its parts (id), not only as text; 4: endpoints, hub commit, per-device cost,
 # unmeasurable figures null; 3: every section typed below the top level; 2: policy, plots,
 # kernels. record/migrate.py reads every one of them.
-SCHEMA_VERSION = 12
+SCHEMA_VERSION = 13
 
 
 class Sampling(TypedDict):
@@ -118,6 +120,9 @@ class DecisionRecord:
     # 12: each further load profile the run gated, by name (load.also); the run's own is
     # `load` and `cost`
     further_load: dict[str, FurtherLoad] = field(default_factory=dict)
+    # 13: why the candidate was measured no further, when a gate failed past doubt
+    # before its plan was done (gate/early.py); None: measured in full
+    early_stop: EarlyStopJson | None = None
     schema_version: int = SCHEMA_VERSION
     # the schema versions a stored record was migrated through before it was judged again
     migrated_from: list[int] = field(default_factory=list)
@@ -130,7 +135,7 @@ class DecisionRecord:
         return {**asdict(self), "exit_code": self.exit_code}
 
 
-SEVERITY = {"fail": 0, "inconclusive": 1, "pass": 2, "not_applicable": 3}
+SEVERITY = {"fail": 0, "inconclusive": 1, "not_measured": 2, "pass": 3, "not_applicable": 4}
 
 
 def worst_first(gates: list[GateOutcome]) -> list[GateOutcome]:
@@ -195,7 +200,7 @@ def gate_counts(rec: DecisionRecord) -> str:
     """"20 pass, 8 fail, 1 inconclusive": a tag, a summary line (informational gates
     counted apart)."""
     counts = {s: sum(g.status == s for g in counted(rec.gates))
-              for s in ("pass", "fail", "inconclusive", "not_applicable")}
+              for s in ("pass", "fail", "inconclusive", "not_measured", "not_applicable")}
     shown = [f"{n} {s}" for s, n in counts.items() if n]
     informational = len(rec.gates) - len(counted(rec.gates))
     return ", ".join(shown + ([f"{informational} informational"] if informational else []))

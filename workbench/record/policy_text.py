@@ -6,11 +6,28 @@ from __future__ import annotations
 
 from workbench.gate.evidence import GateOutcome
 from workbench.gate.verdict import PolicySection
+from workbench.record.sections import EarlyStopJson
 
-__all__ = ["MARK", "gate_mark", "headlines", "looks_line", "policy_defect", "policy_lines",
-           "undersized_headline"]
+__all__ = ["MARK", "early_stop_lines", "gate_mark", "headlines", "looks_line", "policy_defect",
+           "policy_lines", "undersized_headline"]
 
-MARK = {"pass": "PASS", "fail": "FAIL", "inconclusive": "INCONCLUSIVE", "not_applicable": "n/a"}
+MARK = {"pass": "PASS", "fail": "FAIL", "inconclusive": "INCONCLUSIVE", "not_applicable": "n/a",
+        "not_measured": "NOT MEASURED"}
+
+
+def early_stop_lines(stop: EarlyStopJson | None) -> list[str]:
+    """Which gates failed past doubt, at which level, and what was not measured; nothing
+    for a candidate measured in full."""
+    if not stop:
+        return []
+    left = ", ".join(f"`{name}`" for name in stop["not_measured"]) or "no further suite"
+    load = " and both models' load test" if stop["load_not_measured"] else ""
+    failed = "; ".join(f"`{gate}` ({evidence})"
+                       for gate, evidence in zip(stop["gates"], stop["evidence"], strict=True))
+    return [f"**Stopped early** after `{stop['after']}`: {failed} failed past doubt "
+            f"({stop['level']}). Not measured: {left}{load}. Any failed gate rejects, so "
+            "nothing left out could have changed the decision; `--measure-all` measures "
+            "everything (docs/gates.md, \"Stopping early\").", ""]
 
 
 def gate_mark(g: GateOutcome) -> str:

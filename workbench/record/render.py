@@ -18,7 +18,7 @@ from workbench.mechanisms.files import write_json
 from workbench.record.canary import write_canary_rules
 from workbench.record.decision import SEVERITY, DecisionRecord, worst_first
 from workbench.record.policy_text import MARK as _MARK
-from workbench.record.policy_text import gate_mark, headlines, policy_lines
+from workbench.record.policy_text import early_stop_lines, gate_mark, headlines, policy_lines
 from workbench.record.render_load import further_load_lines, load_lines, slo_lines
 from workbench.record.render_rollout import registry_lines, rollout_lines, trigger_lines
 from workbench.record.sections import FidelityJson, StandInJson
@@ -212,6 +212,7 @@ def render_markdown(rec: DecisionRecord) -> str:
         "",
         *_stand_in_lines(rec.stand_in),
         *_kernel_lines(rec.engine.get("kernels", {})),
+        *early_stop_lines(rec.early_stop),
         *[line for kind, text in headlines(rec.policy, rec.gates)
           for line in (text if kind == "looks" else f"**{text}**", "")],
         *registry_lines(rec.mlflow.get("registry")),
@@ -260,6 +261,7 @@ def render_summary(rec: DecisionRecord) -> str:
     lines = [f"### quant-workbench: **{rec.decision.upper()}** — `{rec.model.get('name')}` "
              f"candidate `{rec.candidate}` on {rec.device.get('kind')}", "",
              *_stand_in_lines(rec.stand_in),
+             *early_stop_lines(rec.early_stop),
              ", ".join(f"{n} {_MARK[s].lower()}" for s, n in counts.items() if n)
              + f" · exit code {rec.exit_code}", ""]
     for kind, text in headlines(rec.policy, rec.gates):
@@ -303,7 +305,8 @@ def write_junit(rec: DecisionRecord, path: Path) -> Path:
     return path
 
 
-_STYLE = {"pass": "green", "fail": "red", "inconclusive": "yellow", "not_applicable": "dim"}
+_STYLE = {"pass": "green", "fail": "red", "inconclusive": "yellow", "not_applicable": "dim",
+          "not_measured": "dim"}
 
 
 def print_decision(rec: DecisionRecord, console: Console) -> None:
@@ -323,6 +326,8 @@ def print_decision(rec: DecisionRecord, console: Console) -> None:
         console.print(f"[{style[kind]}]{escape(text)}[/]")
     for line in _stand_in_lines(rec.stand_in)[:1]:
         console.print(f"[bold yellow]{escape(line.replace('**', '').replace('`', ''))}[/]")
+    for line in early_stop_lines(rec.early_stop)[:1]:
+        console.print(escape(line.replace("**", "").replace("`", "")))
 
 
 def write_record(run_dir: Path, rec: DecisionRecord) -> tuple[Path, Path]:

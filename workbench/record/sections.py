@@ -24,7 +24,8 @@ from workbench.quantize.formats import ServedFormat
 from workbench.suites.scorers.fidelity import FidelityResult
 
 __all__ = ["CHALLENGER", "CHAMPION", "PREVIOUS_CHAMPION", "AcceleratorJson", "BatchingJson",
-           "CostSection", "DeviceSection", "EndpointSection", "EngineSection", "FidelityJson",
+           "CostSection", "DeviceSection", "EarlyStopJson", "EndpointSection", "EngineSection",
+           "FidelityJson",
            "GpuEntry", "GpusSection", "HeadroomJson", "LoadJson", "MlflowSection",
            "ModelSection", "PolicySection", "QuantizationSection", "Registry", "ReplicaShape",
            "RolloutField", "RolloutSection", "SuitePair", "json_form"]
@@ -156,6 +157,17 @@ class BatchingJson(TypedDict):
     max_num_batched_tokens: int
     chunked_prefill: bool | None
     prefix_caching: bool | None
+
+
+class EarlyStopJson(TypedDict):
+    """Why the candidate was measured no further (gate/early.py, measure/watch.py)."""
+
+    after: str  # the suite run whose result decided it
+    gates: list[str]  # the gates that had failed past doubt
+    evidence: list[str]  # each gate's one-line evidence, in the same order
+    level: str  # the level they failed at: the look's alpha over every planned test
+    not_measured: list[str]  # the suite runs never started
+    load_not_measured: bool  # neither model's load test ran
 
 
 class EngineSection(TypedDict):

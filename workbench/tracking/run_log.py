@@ -89,6 +89,7 @@ def run_name(rec: DecisionRecord) -> str:
     passed = sum(g.status == "pass" for g in gates)
     if failed:
         why = f"{failed} gate{'s' * (failed > 1)} failed"
+        why += ", stopped early" if rec.early_stop else ""
     elif open_:
         why = f"{open_} gate{'s' * (open_ > 1)} inconclusive"
     else:
@@ -106,6 +107,18 @@ def description(rec: DecisionRecord) -> str:
     return cut + TRUNCATED
 
 
+def stopped_tags(rec: DecisionRecord) -> dict[str, str]:
+    """A run whose candidate was stopped early says so in tags a user can filter the runs
+    table by (stopped_early = "true"), with the suite after which and the gates that
+    stopped it; a run measured in full says "false"."""
+    stop = rec.early_stop
+    if stop is None:
+        return {"stopped_early": "false"}
+    return {"stopped_early": "true", "stopped_early.after": stop["after"],
+            "stopped_early.gates": ", ".join(stop["gates"]),
+            "stopped_early.not_measured": ", ".join(stop["not_measured"]) or "none"}
+
+
 def mlflow_section(tracker: Tracker) -> MlflowSection:
     out = MlflowSection(tracking_uri=tracker.uri, run_id=tracker.run_id,
                         experiment_id=tracker.experiment_id, ui=tracker.ui_link())
@@ -117,7 +130,8 @@ def mlflow_section(tracker: Tracker) -> MlflowSection:
 def _gate_metrics(rec: DecisionRecord) -> dict[str, float]:
     gates = counted(rec.gates)
     return {**{f"gates.{status}": float(sum(g.status == status for g in gates))
-               for status in ("pass", "fail", "inconclusive", "not_applicable")},
+               for status in ("pass", "fail", "inconclusive", "not_applicable",
+                              "not_measured")},
             "gates.informational": float(len(rec.gates) - len(gates))}
 
 
@@ -132,7 +146,8 @@ def log_run(tracker: Tracker, rec: DecisionRecord, sides: dict[str, Measurement]
     tracker.log_metrics(metrics)
     _register(tracker, rec)  # first: the description (decision.md) names the rollback target
     tracker.set_tags({"decision": rec.decision, "gates": gate_counts(rec),
-                      RUN_NAME_TAG: run_name(rec), DESCRIPTION_TAG: description(rec)})
+                      RUN_NAME_TAG: run_name(rec), DESCRIPTION_TAG: description(rec),
+                      **stopped_tags(rec)})
     tracker.log_suites(suites)
     for role, m in sides.items():
         with tracker.nested(role, {"role": role, "model_path": m.server.model_path}):
