@@ -219,7 +219,7 @@ def test_a_looping_candidate_is_rejected_and_an_aa_passes(tiny_model: Path, tmp_
 def check_the_looping_candidate_is_stopped_early(config: Path, tmp_path: Path,
                                                  workbench) -> Path:
     """Measured by default, the looping model is stopped after the first suite that fails
-    it past doubt: the rest of its suites and both models' load test are not measured; the
+    it past doubt: the rest of its suites and the load test are not measured; the
     record, decision.md and MLflow say which and why; the decision is the reject it is."""
     stopped = workbench("evaluate", "--candidate", "looping", "--config", str(config),
                         "--runs-dir", "runs", cwd=tmp_path)

@@ -201,3 +201,56 @@ def test_no_aa_is_stopped_over_many_seeds() -> None:
         for k, name in enumerate(order):
             done[name] = cand[name]
             assert w.after(dict(done), order[k + 1:]) is None, (seed, name)
+
+
+def test_peak_memory_without_its_load_test_is_not_measured_but_static_figures_are_judged(
+        ) -> None:
+    """A stopped candidate's peak memory was sampled without the load test its baseline's
+    ran under: not comparable, so not measured; its weights and KV pool are its own."""
+    stop = StoppedEarly("arithmetic", ["quality:arithmetic"], ["lost"], "alpha", [])
+    outcomes = [GateOutcome.of(GateId("quality", "arithmetic"), "fail", "lost"),
+                GateOutcome.of(GateId("memory", "peak_engine_rss_bytes", check="max_ratio"),
+                               "pass", "x"),
+                GateOutcome.of(GateId("memory", "weights_bytes", check="max_ratio"),
+                               "pass", "x")]
+    status = {o.gate: o.status for o in mark_not_measured(outcomes, stop, baseline(), None)}
+    assert status == {"quality:arithmetic": "fail",
+                      "memory:peak_engine_rss_bytes:max_ratio": "not_measured",
+                      "memory:weights_bytes:max_ratio": "pass"}
+
+
+def test_a_cached_stopped_candidate_is_stopped_again_only_where_the_watch_still_stops_it(
+        ) -> None:
+    """A pair cached from a stopped run is reused stopped only where this run's watch (its
+    policy now) stops it on the same suites; otherwise, and under --measure-all, it is
+    completed."""
+    from workbench.measure.measurement import Measurement
+    from workbench.measure.pair import _still_stopped
+    from workbench.serve.engine import ServerInfo
+
+    base = baseline()
+    broken = flipped(base["arithmetic"], 0.5, to=0.0)
+    old = StoppedEarly("arithmetic", ["quality:arithmetic"], ["lost"], "old level",
+                       ["multilingual", "long"])
+
+    def side(role: str, suites: dict[str, SuiteResult], stopped: StoppedEarly | None
+             ) -> Measurement:
+        return Measurement(role, ServerInfo.__new__(ServerInfo), suites, None,  # type: ignore[arg-type]
+                           0.0, stopped=stopped)
+
+    class Plan:
+        suites = [type("S", (), {"spec": type("Spec", (), {
+            "runs": staticmethod(lambda name=name: [(name, False)])})()})()
+            for name in ("arithmetic", "multilingual", "long")]
+
+    hit = (side("baseline", base, None), side("candidate", {"arithmetic": broken}, old))
+    again = _still_stopped(Plan(), hit, watch)  # type: ignore[arg-type]
+    assert again is not None and again.stopped is not None
+    assert again.stopped.level != "old level" and again.stopped.not_measured == [
+        "multilingual", "long"]
+    assert _still_stopped(Plan(), hit, None) is None  # type: ignore[arg-type]
+    lax = GatePolicy(quality=[QualityGate(suite="arithmetic", max_drop=0.9)])
+    assert _still_stopped(Plan(), hit, lambda b: EarlyStop(  # type: ignore[arg-type]
+        lax, b, "cpu", 0, 1, lambda _n, r: r, lambda _m: {})) is None
+    whole = (hit[0], side("candidate", base, None))
+    assert _still_stopped(Plan(), whole, watch) is whole[1]  # type: ignore[arg-type]

@@ -33,6 +33,9 @@ __all__ = ["LOAD_SECTIONS", "EarlyStop", "mark_not_measured", "past_doubt", "pla
 # The gates whose evidence is one suite's items (and the gate's own figures of it)
 SUITE_SECTIONS = frozenset({"quality", "safety", "structured", "health", "fidelity"})
 LOAD_SECTIONS = frozenset({"latency", "slo", "capacity"})
+# headroom figures sampled while the load test ran: without it, not comparable
+PEAK_FIGURES = frozenset({"peak_engine_rss_bytes", "peak_gpu_memory_bytes",
+                          "device_memory_free_bytes", "device_margin"})
 
 
 def _evidence(base: dict[str, SuiteResult], cand: dict[str, SuiteResult], device: str,
@@ -57,11 +60,13 @@ def planned_outcomes(policy: GatePolicy, base: dict[str, SuiteResult], device: s
 
 def planned_tests(planned: list[GateOutcome], policy: GatePolicy, device: str,
                   load_profiles: int) -> int:
-    """How many tests Holm's adjustment will count at the end, at most: every paired test
-    and floor with a p-value among the planned suite gates (a candidate's judgement has no
-    more: its checks and slices are the baseline's), and each SLO attainment test on each
-    gated load profile."""
-    suite_tests = sum(1 for o in planned if _p_fail(o) is not None)
+    """How many tests Holm's adjustment can count at the end, at most: every counted suite
+    gate the plan will judge, a p-value or not (a candidate's judgement has the baseline's
+    checks and slices; a slice with nothing to lose against itself is counted too, since a
+    candidate's could have a test), and each SLO attainment test on each gated load
+    profile. Counting more only makes the bound stricter."""
+    suite_tests = sum(1 for o in planned if o.identity.section in SUITE_SECTIONS
+                      and not o.informational)
     slo_tests = sum(load_profiles for g in policy.slo
                     if device in g.devices and g.min_attainment is not None)
     return suite_tests + slo_tests
@@ -166,6 +171,8 @@ def _left_out(outcome: GateOutcome, stopped: StoppedEarly) -> bool:
     gate = outcome.identity
     if gate.section in LOAD_SECTIONS:
         return stopped.load_not_measured
+    if gate.section == "memory":
+        return stopped.load_not_measured and gate.subject in PEAK_FIGURES
     if gate.section not in SUITE_SECTIONS:
         return False
     return gate.subject == POOLED or gate.subject in stopped.not_measured
@@ -185,14 +192,16 @@ def mark_not_measured(outcomes: list[GateOutcome], stopped: StoppedEarly | None,
     nothing. Without a stop, the outcomes as they are."""
     if stopped is None:
         return outcomes
-    left_generating = _generating(base, stopped.not_measured)
+    left_generating = [n for n in _generating(base, stopped.not_measured)
+                       if health is None or not health.suites or n in health.suites]
     if health is not None and left_generating:  # "no suite generates" is not so
         outcomes = [o for o in outcomes if o.gate != "health"]
     out = [_not_measured(o, stopped) if _left_out(o, stopped) else o for o in outcomes]
     names = {o.gate for o in out}
     missing = [GateId("health", run) for run in left_generating] if health is not None else []
-    if health is not None and health.pooled_max_drop is not None \
-            and len(_generating(base, list(base))) > 1:
+    gated = [n for n in _generating(base, list(base))
+             if health is not None and (not health.suites or n in health.suites)]
+    if health is not None and health.pooled_max_drop is not None and len(gated) > 1:
         missing.append(GateId("health", POOLED))
     out += [_not_measured(GateOutcome.of(gate, "not_measured", ""), stopped)
             for gate in missing if str(gate) not in names]

@@ -139,10 +139,15 @@ def judge(policy: GatePolicy, policy_path: Path, base: Measurement | None,
     per_look = policy.for_look(looks["planned"])
     ev = evidence(base, cand, fidelity, device, run_dir)
     compared = Comparisons(per_look.confidence, per_look.bootstrap_resamples, seed)
-    outcomes = mark_not_measured(evaluate_gates(per_look, ev, seed, compared),
-                                 cand.stopped if cand else None, ev.base_suites,
-                                 policy.health)
-    return GateReport(outcomes, decide(outcomes, per_look.inconclusive_blocks),
+    stopped = cand.stopped if cand else None
+    outcomes = mark_not_measured(evaluate_gates(per_look, ev, seed, compared), stopped,
+                                 ev.base_suites, policy.health)
+    decision = decide(outcomes, per_look.inconclusive_blocks)
+    if stopped is not None and decision == "promote":
+        # judged again under a laxer policy, a stopped run whose gates all pass still
+        # lacks what it did not measure (its load test at least): never a promotion
+        decision = "inconclusive"
+    return GateReport(outcomes, decision,
                       policy_summary(per_look, policy_path, outcomes, measured_kinds(ev),
                                      looks),
                       compare_suites(ev, compared))

@@ -4,7 +4,7 @@ each (docs/load.md). A pair measured before with nothing changed comes from the 
 whole: latency is still compared only between sessions that ran side by side.
 
 The candidate's suites are watched (measure/watch.py): one that has failed past doubt is
-measured no further, and neither model's load test runs for it. A cached baseline's load
+measured no further, and its load test does not run, nor a cached baseline's. That load
 session therefore comes after the candidate's suites, so that a stopped candidate costs it
 nothing (docs/gates.md, "Stopping early").
 """
@@ -148,8 +148,8 @@ def _say_stopped(console: Console, name: str, stopped: StoppedEarly) -> None:
     left = ", ".join(stopped.not_measured) or "no suite"
     console.print(f"[bold red]{escape(name)} stopped early[/] after {escape(stopped.after)}: "
                   f"{escape(', '.join(stopped.gates))} failed past doubt "
-                  f"({escape(stopped.level)}); not measured: {escape(left)} and both "
-                  "models' load test (--measure-all measures everything)")
+                  f"({escape(stopped.level)}); not measured: {escape(left)} and the "
+                  "load test (--measure-all measures everything)")
 
 
 def _load_session(p: Plan, role: str, model_dir: Path, serve_args: list[str], out_dir: Path,
@@ -164,7 +164,7 @@ def _with_load(p: Plan, q: QuantizeResult, base: Measurement, cand: Measurement,
                ) -> tuple[Measurement, Measurement]:
     """Both models with every load round the plan asks for: a cached baseline's first
     round in a session of its own, then the later rounds. A candidate stopped early gets
-    none, and nor does its baseline: its load is not measured in this run."""
+    none, and nor does a cached baseline: its load is not measured in this run."""
     out_dir = run_dir / "baseline"
     if cand.stopped is not None:
         if base_cached:
@@ -221,60 +221,73 @@ def _what_the_candidate_serves(p: Plan, q: QuantizeResult) -> dict:
             "served_name": served_name(p, "candidate"), "rounds": p.cfg.load.rounds}
 
 
-def _stopped_suites(p: Plan, folder: Path, run_dir: Path, console: Console
-                    ) -> dict[str, SuiteResult] | None:
-    """A cached pair whose candidate was stopped early, asked to measure everything: the
-    suites it measured then (its item files copied into this run), to be completed; the
-    entry is dropped, since the completed pair replaces it. None: no such pair."""
-    hit = load_pair(folder)
-    if hit is None or hit[1].stopped is None:
+def _still_stopped(p: Plan, hit: tuple[Measurement, Measurement], watch: WatchFor | None
+                   ) -> Measurement | None:
+    """A cached pair's candidate as this run would have it: measured in full, or stopped
+    where the current watch still stops it (its level and gates as judged now; the policy
+    may have changed since). None: its suites are to be completed (--measure-all, or a
+    stop the current policy no longer makes)."""
+    base, cand = hit
+    if cand.stopped is None:
+        return cand
+    if watch is None:
         return None
+    left = [name for s in p.suites for name, _ in s.spec.runs() if name not in cand.suites]
+    stopped = watch(base.suites).after(dict(cand.suites), left)
+    return replace(cand, stopped=stopped) if stopped is not None else None
+
+
+def _resume(p: Plan, folder: Path, run_dir: Path, console: Console, cand: Measurement
+            ) -> dict[str, SuiteResult]:
+    """The suites a stopped candidate measured (its item files copied into this run), to be
+    completed in this run's session."""
     shutil.copytree(folder / "candidate", run_dir / "candidate", dirs_exist_ok=True)
     (run_dir / "candidate" / MEASUREMENT_FILE).unlink(missing_ok=True)
-    shutil.rmtree(folder, ignore_errors=True)
-    console.print(f"[green]✓[/] {p.candidate_name}: reused the {len(hit[1].suites)} suite "
-                  "run(s) measured before it was stopped early; --measure-all measures the "
-                  "rest and the load test")
-    return hit[1].suites
+    console.print(f"[green]✓[/] {p.candidate_name}: reused the {len(cand.suites)} suite "
+                  "run(s) measured before it was stopped early; measuring the rest and the "
+                  "load test")
+    return cand.suites
 
 
-def _cached(p: Plan, q: QuantizeResult, folder: Path, run_dir: Path, console: Console
-            ) -> MeasuredPair | None:
-    hit = load_pair(folder, lambda why: console.print(
-        f"[yellow]![/] cached measurement dropped, measuring again: {escape(why)}"))
-    if hit is None:
-        return None
+def _reused(p: Plan, q: QuantizeResult, folder: Path, run_dir: Path, console: Console,
+            base: Measurement, cand: Measurement) -> MeasuredPair:
     for role in ROLES:
         shutil.copytree(folder / role, run_dir / role, dirs_exist_ok=True)
+    write_json(run_dir / "candidate" / MEASUREMENT_FILE, cand.to_dict())  # its stop as now
     console.print(f"[green]✓[/] baseline and {p.candidate_name}: reused the pair "
                   f"measured together ({folder}); --remeasure measures them again")
-    return MeasuredPair(q, hit[0], hit[1], {"baseline_results": True,
-                                            "measurement_pair": True})
+    if cand.stopped is not None:
+        _say_stopped(console, p.candidate_name, cand.stopped)
+    return MeasuredPair(q, base, cand, {"baseline_results": True, "measurement_pair": True})
 
 
 def measure_pair(p: Plan, q: QuantizeResult, run_dir: Path, console: Console,
                  remeasure: bool, watch: WatchFor | None = None) -> MeasuredPair:
     """Baseline and candidate, measured together (or the pair from the cache). watch: the
-    candidate's suites' order and early stop; None measures everything (--measure-all),
-    completing a cached pair that was stopped early."""
+    candidate's suites' order and early stop; None measures everything (--measure-all).
+    A cached pair whose candidate was stopped is completed when the watch (or its absence)
+    would no longer stop it there."""
     if p.endpoint_roles:
         # what an endpoint serves can change under the same URL: measured every time
-        base, _ = _baseline(p, run_dir, console)
+        base, base_hit = _baseline(p, run_dir, console)
         base, cand = _with_load(p, q, base, _candidate(p, q, run_dir, console, base, watch),
-                                False, run_dir, console)
+                                base_hit, run_dir, console)
         return MeasuredPair(q, base, cand, {"baseline_results": False,
                                             "measurement_pair": False})
     folder = cached_pair(pair_key(_baseline_key(p), _what_the_candidate_serves(p, q)))
     done = None
     if remeasure:
         shutil.rmtree(folder, ignore_errors=True)
-    elif watch is None and (done := _stopped_suites(p, folder, run_dir, console)) is not None:
-        pass
-    elif (hit := _cached(p, q, folder, run_dir, console)) is not None:
-        return hit
+    elif (hit := load_pair(folder, lambda why: console.print(
+            f"[yellow]![/] cached measurement dropped, measuring again: {escape(why)}"))):
+        if (kept := _still_stopped(p, hit, watch)) is not None:
+            return _reused(p, q, folder, run_dir, console, hit[0], kept)
+        done = _resume(p, folder, run_dir, console, hit[1])
     base, base_hit = _baseline(p, run_dir, console)
     cand = _candidate(p, q, run_dir, console, base, watch, done)
     base, cand = _with_load(p, q, base, cand, base_hit, run_dir, console)
+    if done is not None:  # the completed pair replaces the stopped one, once it exists
+        shutil.rmtree(folder, ignore_errors=True)
     store_pair(run_dir, folder)
     return MeasuredPair(q, base, cand, {"baseline_results": base_hit,
                                         "measurement_pair": False})

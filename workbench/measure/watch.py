@@ -30,7 +30,9 @@ class StoppedEarly:
     evidence: list[str]  # each of those gates' one-line evidence, in the same order
     level: str  # the level they failed at, in words (the look's alpha over every test)
     not_measured: list[str] = field(default_factory=list)  # suite runs never started
-    load_not_measured: bool = True  # neither model's load test ran (they run after)
+    # the candidate's load test did not run (it comes after the suites), nor a cached
+    # baseline's (its session comes after the candidate's suites)
+    load_not_measured: bool = True
 
     def to_dict(self) -> dict:
         return asdict(self)

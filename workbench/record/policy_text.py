@@ -21,7 +21,8 @@ def early_stop_lines(stop: EarlyStopJson | None) -> list[str]:
     if not stop:
         return []
     left = ", ".join(f"`{name}`" for name in stop["not_measured"]) or "no further suite"
-    load = " and both models' load test" if stop["load_not_measured"] else ""
+    load = (" and the load test (the candidate's, and a cached baseline's)"
+            if stop["load_not_measured"] else "")
     failed = "; ".join(f"`{gate}` ({evidence})"
                        for gate, evidence in zip(stop["gates"], stop["evidence"], strict=True))
     return [f"**Stopped early** after `{stop['after']}`: {failed} failed past doubt "

@@ -167,7 +167,7 @@ class EarlyStopJson(TypedDict):
     evidence: list[str]  # each gate's one-line evidence, in the same order
     level: str  # the level they failed at: the look's alpha over every planned test
     not_measured: list[str]  # the suite runs never started
-    load_not_measured: bool  # neither model's load test ran
+    load_not_measured: bool  # the candidate's load test did not run (nor a cached baseline's)
 
 
 class EngineSection(TypedDict):
