@@ -186,6 +186,16 @@ def test_a_looping_candidate_is_rejected_and_an_aa_passes(tiny_model: Path, tmp_
     assert record["decision"] in ("promote", "inconclusive")
     assert record["early_stop"] is None  # an A/A is measured to the end
     assert not any(g["status"] == "not_measured" for g in record["gates"])
+    # its suites ran in the watch's order, the baseline's in the config's; the exact model
+    # answers each alike (the order decides when a stop can come, never a result)
+    spans = json.loads(next((tmp_path / "runs").glob("*-same/timing.json")).read_text())
+    order = {role: [s["name"].split(": ", 1)[1] for s in spans["spans"]
+                    if s["kind"] == "suite" and s["name"].startswith(f"{role}: ")]
+             for role in ("baseline", "candidate")}
+    assert sorted(order["baseline"]) == sorted(order["candidate"]), order
+    assert order["baseline"] != order["candidate"], order
+    for name, pair in record["suites"].items():
+        assert pair["candidate"]["accuracy"] == pair["baseline"]["accuracy"], name
     stopped_run = check_the_looping_candidate_is_stopped_early(config, tmp_path, workbench)
 
     broken = workbench("evaluate", "--candidate", "looping", "--config", str(config),

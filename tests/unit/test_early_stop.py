@@ -9,7 +9,14 @@ import random
 from dataclasses import replace
 
 from workbench.config.gate_policy import GatePolicy, HealthGate, QualityGate
-from workbench.gate.early import EarlyStop, mark_not_measured, past_doubt, suite_order
+from workbench.gate.early import (
+    Decisive,
+    EarlyStop,
+    decisiveness,
+    mark_not_measured,
+    past_doubt,
+    suite_order,
+)
 from workbench.gate.evidence import Evidence, GateId, GateOutcome
 from workbench.gate.gates import decide, evaluate_gates
 from workbench.measure.watch import StoppedEarly
@@ -254,3 +261,40 @@ def test_a_cached_stopped_candidate_is_stopped_again_only_where_the_watch_still_
         lax, b, "cpu", 0, 1, lambda _n, r: r, lambda _m: {})) is None
     whole = (hit[0], side("candidate", base, None))
     assert _still_stopped(Plan(), whole, watch) is whole[1]  # type: ignore[arg-type]
+
+
+def test_a_suite_that_often_decided_earlier_runs_goes_first() -> None:
+    """History from earlier records: multilingual failed all five runs, arithmetic none;
+    per second of the baseline's time multilingual (100 s) now decides more often than
+    arithmetic (20 s), while long (90 s, no history) keeps its even chance."""
+    base = baseline()
+    planned = evaluate_gates(POLICY, Evidence(base, base, None, None, "cpu"), 0)
+    records = [{"gates": [
+        {"gate": "quality:multilingual", "status": "fail"},
+        {"gate": "health:multilingual", "status": "pass"},
+        {"gate": "quality:arithmetic", "status": "pass"},
+        {"gate": "quality:arithmetic[digits]", "status": "inconclusive"},
+        {"gate": "quality:long", "status": "not_measured"},  # a stopped run: no evidence
+        {"gate": "health:(pooled)", "status": "fail"},  # every suite's: none of them alone
+    ]} for _ in range(5)]
+    history = decisiveness(records)
+    assert history == {"multilingual": Decisive(5, 5), "arithmetic": Decisive(5, 0)}
+    order = [name for _, name, _ in suite_order(RUNS, base, planned, history)]  # type: ignore[arg-type]
+    assert order == ["multilingual", "arithmetic", "long"]
+    assert [name for _, name, _ in suite_order(RUNS, base, planned)] == [  # type: ignore[arg-type]
+        "arithmetic", "long", "multilingual"]
+
+
+def test_the_judgement_does_not_depend_on_the_order_the_suites_ran_in() -> None:
+    """The candidate's results gathered in another order (the watch's, not the config's)
+    are judged alike: every gate, its status, detail and interval."""
+    base = baseline()
+    cand = {"long": flipped(base["long"], 0.1, seed=3),
+            "arithmetic": flipped(base["arithmetic"], 0.2, seed=4, health=True),
+            "multilingual": flipped(base["multilingual"], 0.05, seed=6)}
+    ordered = evaluate_gates(POLICY, Evidence(base, cand, None, None, "cpu"), 0)
+    reordered = evaluate_gates(POLICY, Evidence(base, dict(reversed(list(cand.items()))),
+                                                None, None, "cpu"), 0)
+    key = sorted((o.gate, o.status, o.detail) for o in ordered)
+    assert key == sorted((o.gate, o.status, o.detail) for o in reordered)
+    assert any(o.status == "fail" for o in ordered)  # something to agree about

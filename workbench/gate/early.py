@@ -17,7 +17,7 @@ ever decided early: a promotion needs every gate, so nothing is promoted before 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 
 from workbench.config.gate_policy import GatePolicy, HealthGate
@@ -27,9 +27,10 @@ from workbench.gate.paired import Comparisons
 from workbench.measure.watch import StoppedEarly, SuiteRun
 from workbench.suites.results import SuiteResult
 
-__all__ = ["LOAD_SECTIONS", "EarlyStop", "mark_not_measured", "past_doubt", "planned_outcomes",
-           "planned_tests", "suite_order"]
+__all__ = ["LOAD_SECTIONS", "Decisive", "EarlyStop", "decisiveness", "mark_not_measured",
+           "past_doubt", "planned_outcomes", "planned_tests", "suite_order"]
 
+JUDGED = ("pass", "fail", "inconclusive")  # a status that read the suite's items
 # The gates whose evidence is one suite's items (and the gate's own figures of it)
 SUITE_SECTIONS = frozenset({"quality", "safety", "structured", "health", "fidelity"})
 LOAD_SECTIONS = frozenset({"latency", "slo", "capacity"})
@@ -86,22 +87,58 @@ def past_doubt(outcome: GateOutcome, measured: set[str], bound: float) -> bool:
     return p is None or p <= bound
 
 
+@dataclass(frozen=True)
+class Decisive:
+    """How often a suite's gates decided earlier runs: of the records that judged them,
+    how many failed one (a suite that often fails is worth running early)."""
+
+    runs: int = 0
+    failed: int = 0
+
+    @property
+    def rate(self) -> float:
+        """The share of runs it failed, pulled towards a half where there are few."""
+        return (self.failed + 1) / (self.runs + 2)
+
+
+def decisiveness(records: Iterable[dict]) -> dict[str, Decisive]:
+    """Per suite, from stored decision records (decision.json as dicts, any schema): the
+    runs whose counted gates on it were judged, and those in which one failed."""
+    tally: dict[str, list[int]] = {}
+    for record in records:
+        judged: dict[str, bool] = {}
+        for g in record.get("gates") or []:
+            gate = GateId.parse(str(g.get("gate", "")))
+            if gate.section not in SUITE_SECTIONS or gate.subject == POOLED \
+                    or g.get("informational") or g.get("status") not in JUDGED:
+                continue
+            judged[gate.subject] = judged.get(gate.subject, False) or g["status"] == "fail"
+        for suite, failed in judged.items():
+            runs_failed = tally.setdefault(suite, [0, 0])
+            runs_failed[0] += 1
+            runs_failed[1] += failed
+    return {suite: Decisive(runs, failed) for suite, (runs, failed) in tally.items()}
+
+
 def suite_order(runs: list[SuiteRun], base: dict[str, SuiteResult],
-                planned: list[GateOutcome]) -> list[SuiteRun]:
-    """The cheapest decisive first: by the baseline's seconds for each run (its measured
-    rate; items where a cached result has no time) over the counted gates that judge the
-    run (the ways it can fail); runs no gate judges last, each group in the config's
-    order."""
+                planned: list[GateOutcome], history: dict[str, Decisive] | None = None
+                ) -> list[SuiteRun]:
+    """The cheapest decisive first: by the baseline's seconds for each run (the items the
+    candidate will answer; items where a cached result has no time) over the counted
+    gates that judge it (the ways it can fail) times how often it failed earlier runs
+    (history; a half where it has none); runs no gate judges last, each group in the
+    config's order. The order decides when a stop can come, never a result."""
     gates: dict[str, int] = {}
     for o in planned:
         if not o.informational and o.identity.section in SUITE_SECTIONS:
             gates[o.identity.subject] = gates.get(o.identity.subject, 0) + 1
+    history = history or {}
 
     def cost(run: SuiteRun) -> tuple[int, float]:
         name = run[1]
         result = base.get(name)
         seconds = (result.seconds or float(result.n)) if result is not None else math.inf
-        judged = gates.get(name, 0)
+        judged = gates.get(name, 0) * history.get(name, Decisive()).rate
         return (0, seconds / judged) if judged else (1, 0.0)
 
     return sorted(runs, key=cost)
@@ -123,6 +160,7 @@ class EarlyStop:
     load_profiles: int
     restrict: Callable[[str, SuiteResult], SuiteResult]
     fidelity: Callable[[set[str]], dict]
+    history: dict[str, Decisive] = field(default_factory=dict)  # earlier runs' records
     _compared: Comparisons = field(init=False)
     _base: dict[str, SuiteResult] = field(init=False)
     _cand: dict[str, SuiteResult] = field(default_factory=dict, init=False)
@@ -143,7 +181,7 @@ class EarlyStop:
                        if holm else f"alpha {alpha:.3g}")
 
     def order(self, runs: list[SuiteRun]) -> list[SuiteRun]:
-        return suite_order(runs, self.base, self._planned)
+        return suite_order(runs, self.base, self._planned, self.history)
 
     def after(self, done: dict[str, SuiteResult], left: list[str]) -> StoppedEarly | None:
         for name, result in done.items():

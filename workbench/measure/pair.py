@@ -253,7 +253,8 @@ def _reused(p: Plan, q: QuantizeResult, folder: Path, run_dir: Path, console: Co
             base: Measurement, cand: Measurement) -> MeasuredPair:
     for role in ROLES:
         shutil.copytree(folder / role, run_dir / role, dirs_exist_ok=True)
-    write_json(run_dir / "candidate" / MEASUREMENT_FILE, cand.to_dict())  # its stop as now
+    if cand.stopped is not None:  # its stop as this run's watch made it
+        write_json(run_dir / "candidate" / MEASUREMENT_FILE, cand.to_dict())
     console.print(f"[green]✓[/] baseline and {p.candidate_name}: reused the pair "
                   f"measured together ({folder}); --remeasure measures them again")
     if cand.stopped is not None:

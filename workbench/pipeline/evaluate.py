@@ -6,6 +6,7 @@ so a failed run keeps what it measured (docs/architecture.md).
 from __future__ import annotations
 
 import functools
+import json
 import shutil
 import time
 from collections.abc import Callable, Iterator
@@ -17,7 +18,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from workbench.config.run_config import RunConfig
-from workbench.gate.early import EarlyStop
+from workbench.gate.early import EarlyStop, decisiveness
 from workbench.gate.looks import (
     FIRST_LOOK_DIR,
     FirstLook,
@@ -78,6 +79,19 @@ def run_evaluate(cfg: RunConfig, candidate: str, runs_root: Path, console: Conso
                             measure_all=measure_all)
 
 
+def _earlier_records(runs_root: Path, limit: int = 200) -> list[dict]:
+    """The decision records of the runs beside this one, the newest first (their folders
+    start with the time), at most `limit`: how often each suite decided them orders the
+    next candidate's suites. An unreadable one is passed over."""
+    records = []
+    for file in sorted(runs_root.glob("*/decision.json"), reverse=True)[:limit]:
+        try:
+            records.append(json.loads(file.read_text()))
+        except (OSError, ValueError):
+            continue
+    return records
+
+
 def early_stop(p: Plan, run_dir: Path, looks: int) -> WatchFor:
     """The candidate's watch for this plan (gate/early.py): judged at the level of each of
     the run's `looks`, on the half of the items the decision reads, fidelity from both
@@ -92,9 +106,11 @@ def early_stop(p: Plan, run_dir: Path, looks: int) -> WatchFor:
         return token_fidelity([s for s in p.suites if s.name in measured], run_dir,
                               p.split.keeps if p.split else None)
 
+    history = decisiveness(_earlier_records(run_dir.parent))
+
     def watch(baseline_suites: dict[str, SuiteResult]) -> EarlyStop:
         return EarlyStop(p.policy.for_look(looks), baseline_suites, p.device, p.cfg.seed,
-                         1 + len(p.cfg.load.also), restrict, fidelity)
+                         1 + len(p.cfg.load.also), restrict, fidelity, history)
 
     return watch
 
@@ -201,8 +217,7 @@ def evaluate_planned(p: Plan, run_dir: Path, console: Console, remeasure: bool =
     as a child run of the sweep's MLflow run (parent); a fanned-out sweep passes
     `measured`, which hands over what a Ray task measured (or raises what it failed with).
     measure_all: measure every suite and the load test even once a gate has failed past
-    doubt; `evaluate` stops there unless asked (sweep and tune still measure every
-    candidate: their tables read every figure)."""
+    doubt (`evaluate --measure-all`); sweep and tune stop their candidates there."""
     with timeline():
         return _evaluate(p, run_dir, console, remeasure, parent, measured, measure_all)
 
