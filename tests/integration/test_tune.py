@@ -73,6 +73,14 @@ def test_tune_keeps_the_fragile_block_and_confirms_it_on_held_out_items(
     assert decisions == {"int4": "reject", "int4-keep1": "promote"}
     assert record["kept"] == {"int4": [], "int4-keep1": [FRAGILE_BLOCK]}
     assert "fidelity:heldout-text:kl_mean" in record["trials"]["rows"][0]["failing_gates"]
+    # int4 as stated failed its fidelity bound past doubt on its one suite: the trial was
+    # stopped there, its load test not run, and tune's table says by which gate
+    stopped, kept = record["trials"]["rows"]
+    assert stopped["stopped_by"] == ["fidelity:heldout-text:kl_mean"]
+    assert stopped["not_measured"] == ["load test"]
+    assert kept["stopped_by"] == [] and kept["not_measured"] == []
+    assert "stopped early by fidelity:heldout-text:kl_mean" in (tune_dir / "tune.md").read_text()
+    assert "int4 stopped early after heldout-text" in first.stdout
     out = record["outcome"]
     assert out["status"] == "confirmed" and out["trial"] == "int4-keep1"
     assert record["confirmation"]["decision"] == "promote"

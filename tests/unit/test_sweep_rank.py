@@ -154,3 +154,28 @@ def test_only_inconclusive_candidates_are_said_first_to_need_more_items() -> Non
     _, promoted = rank(rows, "cost")
     assert undecided_headline(SweepRecord("m", "cpu", "p", "cost", "worst_lower_bound", "q",
                                           {}, rows, front, promoted, "/tmp/x", "now")) == ""
+
+
+def test_a_candidate_stopped_early_says_by_which_gate_in_its_row_and_table() -> None:
+    """A sweep candidate (or tune trial) stopped early is a reject whose row names the
+    gates that stopped it and what it left out, in sweep.md and tune's trial table."""
+    from builders import record
+
+    from workbench.record.sections import EarlyStopJson
+
+    rec = record("reject")
+    rec.early_stop = EarlyStopJson(after="arithmetic", gates=["quality:arithmetic"],
+                                   evidence=["0.30 -> 0.05"], level="alpha 0.025 over 9 tests",
+                                   not_measured=["long-context"], load_not_measured=True)
+    stopped = row_of(rec, "cost", "worst_lower_bound", 40.0, True)
+    stopped.candidate = "broken"
+    assert stopped.stopped_by == ["quality:arithmetic"]
+    assert stopped.not_measured == ["long-context", "load test"]
+    full = row_of(record("promote"), "cost", "worst_lower_bound", 90.0, True)
+    assert full.stopped_by == [] and full.not_measured == []
+    _, rec_ = rank([stopped, full], "cost")
+    md = render_sweep(SweepRecord("m", "cpu", "p", "cost", "worst_lower_bound", "q", {},
+                                  [stopped, full], [], rec_, "d", "t"))
+    assert "(stopped early by quality:arithmetic; not measured: long-context, load test)" \
+        in md
+    assert rec_.others["broken"].startswith("rejected: ")

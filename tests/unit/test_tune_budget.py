@@ -87,3 +87,13 @@ def test_a_resumed_tune_prices_the_baselines_second_look_it_did_not_measure(
     (tmp_path / "timing.json").write_text(json.dumps({"wall_time_s": 568, "spans": spans}))
     resumed = dataclasses.replace(row(568.0), run_dir=str(tmp_path))
     assert next_trial_s([resumed], growth=4.3) == pytest.approx(568 + (267 + 267) * 3.3)
+
+
+def test_a_trial_stopped_early_prices_the_next_only_until_one_ran_in_full() -> None:
+    """A stopped trial measured part of what the next one may: once a trial of this tune
+    was measured in full, that one sets the price."""
+    stopped = dataclasses.replace(row(120.0), stopped_by=["quality:arithmetic"])
+    assert next_trial_s([stopped], growth=1.0) == 120.0  # better than no price at all
+    assert next_trial_s([stopped, row(500.0)], growth=1.0) == 500.0
+    assert next_trial_s([dataclasses.replace(stopped, evaluate_s=900.0), row(500.0)],
+                        growth=1.0) == 500.0

@@ -190,7 +190,9 @@ def _candidate_task(config_path: str, profiles: Profiles, candidate: str, device
         run_dir = Path(tmp) / candidate
         run_dir.mkdir()
         try:
-            pair = measure_planned(p, run_dir, console, remeasure)
+            # one look (a Ray task hands over one), stopped as evaluate stops it
+            pair = measure_planned(p, run_dir, console, remeasure, looks=1,
+                                   measure_all=False)
             out.update(quantized=pair.artifact.to_dict(), reused=pair.reused)
         except WorkbenchError as err:
             out.update(error=str(err), exit_code=err.exit_code)

@@ -17,6 +17,7 @@ from workbench.sweep.table import (
     OBJECTIVE_LABEL,
     QUALITY_LABEL,
     SweepRecord,
+    failing_text,
     show_objective,
 )
 
@@ -66,7 +67,7 @@ def render_sweep(record: SweepRecord) -> str:
         weights = (f"{r.weights_bytes / 2**20:.0f} ({_fmt(r.compression_ratio, '.2f')})"
                    if r.weights_bytes else "–")
         lines.append(
-            f"| {r.candidate} | {r.decision} | {', '.join(r.failing_gates) or '–'} | "
+            f"| {r.candidate} | {r.decision} | {failing_text(r)} | "
             f"{r.format} | {weights} | {_fmt(r.kl_mean, '.4f')} / "
             f"{_fmt(r.top1_agreement, '.3f')} | {deltas} | {_fmt(r.throughput_ratio, '.2f')} | "
             f"{r.slo_level or 'none'} | {_fmt(r.kv_capacity_ratio, '.2f')} | "
@@ -133,8 +134,8 @@ def print_table(record: SweepRecord, console: Console, title: str = "sweep") -> 
         table.add_row(escape(r.candidate), r.decision or r.status,
                       _fmt(r.quality, "+.3f"), show_objective(r.efficiency, record.objective)
                       if r.status == "decided" else "–",
-                      "yes" if r.on_front else "", escape(", ".join(r.failing_gates)
-                                                          or r.reason))
+                      "yes" if r.on_front else "",
+                      escape(failing_text(r) if r.status == "decided" else r.reason))
     console.print(table)
 
 

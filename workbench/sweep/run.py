@@ -224,7 +224,8 @@ def evaluate_row(p: Plan, run_dir: Path, console: Console, remeasure: bool,
     started = time.perf_counter()
     handed = functools.partial(measured_in, run_dir) if measured_in is not None else None
     try:
-        rec = evaluate_planned(p, run_dir, console, remeasure, parent=parent, measured=handed)
+        rec = evaluate_planned(p, run_dir, console, remeasure, parent=parent, measured=handed,
+                               measure_all=False)
     except InputError as err:  # found only after building (a recipe_file's format)
         return SweepRow(p.candidate_name, "skipped", str(err), run_dir=str(run_dir))
     except InfraError as err:
@@ -237,7 +238,8 @@ def evaluate_row(p: Plan, run_dir: Path, console: Console, remeasure: bool,
 
 def baseline_figures(rows: list[SweepRow], objective: Objective) -> dict[str, float | None]:
 
-    decided = next((r for r in rows if r.status == "decided"), None)
+    # a candidate stopped early ran no load test beside its cached baseline
+    decided = next((r for r in rows if r.status == "decided" and not r.stopped_by), None)
     if decided is None:
         return {}
     rec = load_record(Path(decided.run_dir))

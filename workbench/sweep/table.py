@@ -19,9 +19,9 @@ from workbench.record.sections import MlflowSection
 
 __all__ = ["GATED_SECTIONS", "HIGHER_IS_BETTER", "OBJECTIVE_LABEL", "QUALITY_LABEL",
            "SWEEP_SCHEMA_VERSION", "Delta", "RayTask", "Recommendation", "SweepRecord", "SweepRow",
-           "objective_value", "rank", "row_of", "show_objective"]
+           "failing_text", "objective_value", "rank", "row_of", "show_objective"]
 
-SWEEP_SCHEMA_VERSION = 5
+SWEEP_SCHEMA_VERSION = 6  # 6: a candidate stopped early (stopped_by, not_measured)
 # 5: a registry entry names the champion before it; 4: how many looks each candidate's
 # decision took; 3: the gates the baseline itself misses; 2: rows say which Ray task
 # measured them
@@ -54,6 +54,10 @@ class SweepRow:
     reason: str = ""  # skipped or failed: why
     decision: Literal["promote", "reject", "inconclusive"] | None = None
     failing_gates: list[str] = field(default_factory=list)
+    # stopped early (gate/early.py): the gates that failed past doubt, and the suite runs
+    # (and "load test") left out; empty for a candidate measured in full
+    stopped_by: list[str] = field(default_factory=list)
+    not_measured: list[str] = field(default_factory=list)
     inconclusive_gates: list[str] = field(default_factory=list)
     # inconclusive gate -> about how many more items would decide it (its evidence says)
     items_to_decide: dict[str, int] = field(default_factory=dict)
@@ -184,6 +188,8 @@ def row_of(rec: DecisionRecord, objective: Objective, quality: QualityMeasure,
     return SweepRow(
         candidate=rec.candidate, status="decided", decision=rec.decision,
         failing_gates=[g.gate for g in counted(rec.gates) if g.status == "fail"],
+        stopped_by=list(rec.early_stop["gates"]) if rec.early_stop else [],
+        not_measured=_not_measured(rec),
         inconclusive_gates=[g.gate for g in counted(rec.gates) if g.status == "inconclusive"],
         items_to_decide={g.gate: int(g.evidence["items_to_decide"]) for g in counted(rec.gates)
                          if g.status == "inconclusive"
@@ -207,6 +213,22 @@ def row_of(rec: DecisionRecord, objective: Objective, quality: QualityMeasure,
         evaluate_s=evaluate_s, measured_now=measured_now,
         quality=_quality(quality, deltas, fid),
         efficiency=objective_value(rec, objective))
+
+
+def _not_measured(rec: DecisionRecord) -> list[str]:
+    stop = rec.early_stop
+    if stop is None:
+        return []
+    return [*stop["not_measured"], *(["load test"] if stop["load_not_measured"] else [])]
+
+
+def failing_text(row: SweepRow) -> str:
+    """The gates a row failed, and which of them stopped it early (the table's column)."""
+    text = ", ".join(row.failing_gates) or "–"
+    if row.stopped_by:
+        text += f" (stopped early by {', '.join(row.stopped_by)}; not measured: " \
+                f"{', '.join(row.not_measured) or 'nothing'})"
+    return text
 
 
 def _quality(measure: QualityMeasure, deltas: dict[str, Delta], fid: dict | None

@@ -51,8 +51,10 @@ def second_look_growth(p: Plan) -> float:
 def next_trial_s(rows: Iterable[SweepRow], growth: float) -> float:
     """The next trial's worst-case seconds: the dearest trial measured in this tune, priced
     by trial_price. 0 before any trial was measured here (cached trials cost nothing, and
-    say nothing of the next)."""
+    say nothing of the next). A trial stopped early (gate/early.py) measured only part of
+    what the next may: it prices the next only while no trial here was measured in full."""
     measured = [r for r in rows if r.measured_now and r.evaluate_s is not None]
+    measured = [r for r in measured if not r.stopped_by] or measured
     looked_twice = any(r.looks == 2 for r in measured)
     return max((trial_price(r, growth, looked_twice) for r in measured), default=0.0)
 

@@ -26,7 +26,9 @@ from workbench.sweep.table import SweepRecord, SweepRow
 __all__ = ["SCHEMA_FILE", "TUNE_PLOT", "TUNE_SCHEMA_VERSION", "Outcome", "TuneRecord",
            "print_tune", "render_tune", "tune_schema", "write_tune"]
 
-TUNE_SCHEMA_VERSION = 2  # 2: the registry entry names the champion before it
+# 2: the registry entry names the champion before it; 3: a trial stopped early says by
+# which gates and what it did not measure (its row's stopped_by, not_measured)
+TUNE_SCHEMA_VERSION = 3
 SCHEMA_FILE = Path(__file__).with_name(f"tune-v{TUNE_SCHEMA_VERSION}.schema.json")
 TUNE_PLOT = "tune.png"
 
