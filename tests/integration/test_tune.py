@@ -110,6 +110,12 @@ def test_tune_keeps_the_fragile_block_and_confirms_it_on_held_out_items(
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     assert "engine healthy" not in again.stdout and "measuring" not in again.stdout
     assert again.stdout.count("reused the pair measured together") == 3  # 2 trials + confirm
+    # the stopped trial's cached pair judged again where its log-probabilities are: still
+    # stopped by its measured KL, not by a figure that went missing
+    rerun = max((tmp_path / "runs").glob("*-tune-int4")) / "int4" / "decision.json"
+    stop = json.loads(rerun.read_text())["early_stop"]
+    assert stop["gates"] == ["fidelity:heldout-text:kl_mean"], stop
+    assert re.match(r"kl_mean \d", stop["evidence"][0]), stop
 
 
 # slow: the fault tier's (docs/reliability.md) — three engine sessions for a rule CI checks

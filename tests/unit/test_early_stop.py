@@ -298,3 +298,12 @@ def test_the_judgement_does_not_depend_on_the_order_the_suites_ran_in() -> None:
     key = sorted((o.gate, o.status, o.detail) for o in ordered)
     assert key == sorted((o.gate, o.status, o.detail) for o in reordered)
     assert any(o.status == "fail" for o in ordered)  # something to agree about
+
+
+def test_history_reads_stored_ids_and_passes_over_what_is_not_a_record() -> None:
+    """A suite whose name holds a dot is read by the id the record stores; a file that is
+    valid JSON but no record, and a gate that is no object, are passed over."""
+    records = [None, [], {"gates": None}, {"gates": [1, "x"]},
+               {"gates": [{"gate": "quality:arith.v2", "status": "fail",
+                           "id": {"section": "quality", "subject": "arith.v2"}}]}]
+    assert decisiveness(records) == {"arith.v2": Decisive(1, 1)}  # type: ignore[arg-type]

@@ -89,11 +89,26 @@ def test_a_resumed_tune_prices_the_baselines_second_look_it_did_not_measure(
     assert next_trial_s([resumed], growth=4.3) == pytest.approx(568 + (267 + 267) * 3.3)
 
 
-def test_a_trial_stopped_early_prices_the_next_only_until_one_ran_in_full() -> None:
-    """A stopped trial measured part of what the next one may: once a trial of this tune
-    was measured in full, that one sets the price."""
-    stopped = dataclasses.replace(row(120.0), stopped_by=["quality:arithmetic"])
-    assert next_trial_s([stopped], growth=1.0) == 120.0  # better than no price at all
-    assert next_trial_s([stopped, row(500.0)], growth=1.0) == 500.0
+def test_a_trial_stopped_early_is_priced_as_a_whole_one_until_one_ran_in_full() -> None:
+    """A stopped trial measured part of what the next one may: it is grown to every suite
+    run and a load test for each model (a minute each without a timeline showing one);
+    once a trial of this tune was measured in full, that one sets the price."""
+    stopped = dataclasses.replace(row(120.0), stopped_by=["quality:arithmetic"],
+                                  not_measured=["long-context", "load test"])
+    assert next_trial_s([stopped], growth=1.0, suite_runs=4) == 120.0 * 4 / 3 + 2 * 60.0
+    assert next_trial_s([stopped, row(500.0)], growth=1.0, suite_runs=4) == 500.0
     assert next_trial_s([dataclasses.replace(stopped, evaluate_s=900.0), row(500.0)],
-                        growth=1.0) == 500.0
+                        growth=1.0, suite_runs=4) == 500.0
+
+
+def test_a_stopped_trial_adds_the_load_test_its_timeline_shows(tmp_path: Path) -> None:
+    (tmp_path / "timing.json").write_text(json.dumps({"spans": [
+        {"name": "baseline: arithmetic", "kind": "suite", "seconds": 30.0},
+        {"name": "candidate: arithmetic", "kind": "suite", "seconds": 40.0},
+        {"name": "baseline: load test", "kind": "load", "seconds": 90.0}]}))
+    stopped = SweepRow(candidate="t", status="decided", decision="reject", evaluate_s=200.0,
+                       measured_now=True, run_dir=str(tmp_path), stopped_by=["q"],
+                       not_measured=["long-context", "load test"])
+    # its price (200 s less the baseline's cached suites: 170 s) grown by 2 runs over 1,
+    # and a 90 s load test for each model
+    assert next_trial_s([stopped], growth=1.0, suite_runs=2) == 170.0 * 2 + 2 * 90.0

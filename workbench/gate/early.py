@@ -107,8 +107,11 @@ def decisiveness(records: Iterable[dict]) -> dict[str, Decisive]:
     tally: dict[str, list[int]] = {}
     for record in records:
         judged: dict[str, bool] = {}
-        for g in record.get("gates") or []:
-            gate = GateId.parse(str(g.get("gate", "")))
+        gates = record.get("gates") if isinstance(record, dict) else None
+        for g in gates if isinstance(gates, list) else []:
+            if not isinstance(g, dict):
+                continue
+            gate = _stored_id(g)
             if gate.section not in SUITE_SECTIONS or gate.subject == POOLED \
                     or g.get("informational") or g.get("status") not in JUDGED:
                 continue
@@ -118,6 +121,18 @@ def decisiveness(records: Iterable[dict]) -> dict[str, Decisive]:
             runs_failed[0] += 1
             runs_failed[1] += failed
     return {suite: Decisive(runs, failed) for suite, (runs, failed) in tally.items()}
+
+
+def _stored_id(gate: dict) -> GateId:
+    """A stored gate's id: its parts where the record keeps them (schema 5 on: a suite's
+    name may hold a dot), else parsed from its name."""
+    parts = gate.get("id")
+    if isinstance(parts, dict):
+        try:
+            return GateId(**parts)
+        except TypeError:
+            pass
+    return GateId.parse(str(gate.get("gate", "")))
 
 
 def suite_order(runs: list[SuiteRun], base: dict[str, SuiteResult],

@@ -237,11 +237,12 @@ def _still_stopped(p: Plan, hit: tuple[Measurement, Measurement], watch: WatchFo
     return replace(cand, stopped=stopped) if stopped is not None else None
 
 
-def _resume(p: Plan, folder: Path, run_dir: Path, console: Console, cand: Measurement
+def _resume(p: Plan, run_dir: Path, console: Console, cand: Measurement
             ) -> dict[str, SuiteResult]:
-    """The suites a stopped candidate measured (its item files copied into this run), to be
-    completed in this run's session."""
-    shutil.copytree(folder / "candidate", run_dir / "candidate", dirs_exist_ok=True)
+    """The suites a stopped candidate measured (its item files already copied into this
+    run), to be completed in this run's session; the baseline's folder is laid anew from
+    its own cache entry."""
+    shutil.rmtree(run_dir / "baseline", ignore_errors=True)
     (run_dir / "candidate" / MEASUREMENT_FILE).unlink(missing_ok=True)
     console.print(f"[green]✓[/] {p.candidate_name}: reused the {len(cand.suites)} suite "
                   "run(s) measured before it was stopped early; measuring the rest and the "
@@ -251,8 +252,6 @@ def _resume(p: Plan, folder: Path, run_dir: Path, console: Console, cand: Measur
 
 def _reused(p: Plan, q: QuantizeResult, folder: Path, run_dir: Path, console: Console,
             base: Measurement, cand: Measurement) -> MeasuredPair:
-    for role in ROLES:
-        shutil.copytree(folder / role, run_dir / role, dirs_exist_ok=True)
     if cand.stopped is not None:  # its stop as this run's watch made it
         write_json(run_dir / "candidate" / MEASUREMENT_FILE, cand.to_dict())
     console.print(f"[green]✓[/] baseline and {p.candidate_name}: reused the pair "
@@ -281,9 +280,11 @@ def measure_pair(p: Plan, q: QuantizeResult, run_dir: Path, console: Console,
         shutil.rmtree(folder, ignore_errors=True)
     elif (hit := load_pair(folder, lambda why: console.print(
             f"[yellow]![/] cached measurement dropped, measuring again: {escape(why)}"))):
+        for role in ROLES:  # where the watch reads both sides' log-probabilities
+            shutil.copytree(folder / role, run_dir / role, dirs_exist_ok=True)
         if (kept := _still_stopped(p, hit, watch)) is not None:
             return _reused(p, q, folder, run_dir, console, hit[0], kept)
-        done = _resume(p, folder, run_dir, console, hit[1])
+        done = _resume(p, run_dir, console, hit[1])
     base, base_hit = _baseline(p, run_dir, console)
     cand = _candidate(p, q, run_dir, console, base, watch, done)
     base, cand = _with_load(p, q, base, cand, base_hit, run_dir, console)

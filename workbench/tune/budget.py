@@ -48,15 +48,33 @@ def second_look_growth(p: Plan) -> float:
     return 1.0 + every / max(sample, 1)
 
 
-def next_trial_s(rows: Iterable[SweepRow], growth: float) -> float:
+def next_trial_s(rows: Iterable[SweepRow], growth: float, suite_runs: int = 0) -> float:
     """The next trial's worst-case seconds: the dearest trial measured in this tune, priced
     by trial_price. 0 before any trial was measured here (cached trials cost nothing, and
     say nothing of the next). A trial stopped early (gate/early.py) measured only part of
-    what the next may: it prices the next only while no trial here was measured in full."""
+    what the next may: while no trial here was measured in full, the stopped ones are
+    priced as if they had run every one of the plan's `suite_runs` and the load test
+    (stopped_price)."""
     measured = [r for r in rows if r.measured_now and r.evaluate_s is not None]
-    measured = [r for r in measured if not r.stopped_by] or measured
     looked_twice = any(r.looks == 2 for r in measured)
-    return max((trial_price(r, growth, looked_twice) for r in measured), default=0.0)
+    full = [r for r in measured if not r.stopped_by]
+    if full:
+        return max(trial_price(r, growth, looked_twice) for r in full)
+    return max((stopped_price(r, growth, looked_twice, suite_runs) for r in measured),
+               default=0.0)
+
+
+def stopped_price(row: SweepRow, growth: float, looked_twice: bool, suite_runs: int
+                  ) -> float:
+    """A stopped trial's price grown to a whole one: scaled by every suite run over those
+    it measured (its baseline's share too: on the safe side), plus a load test for each
+    model as long as the longest its timeline shows (the baseline's, where the trial
+    measured it), else one minute each."""
+    left = [n for n in row.not_measured if n != "load test"]
+    done = suite_runs - len(left)
+    scale = suite_runs / done if suite_runs and done > 0 else float(max(len(left), 1) + 1)
+    load = _kind_seconds(Path(row.run_dir) / "timing.json", "load") if row.run_dir else None
+    return trial_price(row, growth, looked_twice) * scale + 2 * (load or 60.0)
 
 
 def trial_price(row: SweepRow, growth: float, looked_twice: bool) -> float:
@@ -80,6 +98,15 @@ def trial_price(row: SweepRow, growth: float, looked_twice: bool) -> float:
     baseline_again = 0.0 if looked_twice else (baseline or candidate)
     extra = (candidate + baseline_again) * (growth - 1)
     return wall - baseline + extra
+
+
+def _kind_seconds(timing: Path, kind: str) -> float | None:
+    """The longest span of one kind in a run's timeline; None when it has none."""
+    try:
+        spans = json.loads(timing.read_text())["spans"]
+    except (OSError, ValueError, KeyError):
+        return None
+    return max((float(s["seconds"]) for s in spans if s.get("kind") == kind), default=None)
 
 
 def _suite_seconds(timing: Path) -> tuple[float, float] | None:

@@ -153,6 +153,7 @@ def render_tune(record: TuneRecord) -> str:
         lines += ["## Confirmation (the held-out half)", "",
                   f"`{c.candidate}`: **{c.decision}**"
                   + (f"; failing: {', '.join(c.failing_gates)}" if c.failing_gates else "")
+                  + (f"; stopped early by {', '.join(c.stopped_by)}" if c.stopped_by else "")
                   + (f"; inconclusive: {', '.join(c.inconclusive_gates)}"
                      if c.inconclusive_gates else "") + f" (record: `{c.run_dir}`).", ""]
     return "\n".join(lines) + "\n"

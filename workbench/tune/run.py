@@ -163,10 +163,11 @@ def _search(p: Plan, sens: Sensitivity, tune_dir: Path, console: Console,
     """k = 0, doubling, bisection (schedule.py) until settled or out of budget; a trial
     whose measurement failed ends it (the ones before it are kept)."""
     search, growth = Search(), second_look_growth(p)
+    suite_runs = sum(len(list(s.spec.runs())) for s in p.suites)
     while True:
         k = next_kept(search.decisions(), len(sens.blocks))
         spent = time.perf_counter() - started
-        price = next_trial_s(search.rows.values(), growth)
+        price = next_trial_s(search.rows.values(), growth, suite_runs)
         if k is None:
             search.stopped = _settled_text(search)
         elif len(search.rows) >= budget.max_trials:
@@ -272,7 +273,9 @@ def _none_promoted(search: Search) -> Outcome:
     decided = [(k, r) for k, r in search.rows.items() if r.status == "decided"]
     if not decided:
         return Outcome("none_promoted", f"no trial was judged ({search.stopped})")
-    k, best = min(decided, key=lambda kr: (len(kr[1].failing_gates), -kr[0]))
+    # a trial stopped early left gates unjudged: it is the best only where every trial was
+    k, best = min(decided, key=lambda kr: (bool(kr[1].stopped_by), len(kr[1].failing_gates),
+                                           -kr[0]))
     gates, why = _in_the_way(best)
     return Outcome("none_promoted", f"no trial was promoted ({search.stopped}); the best, "
                    f"`{best.candidate}` ({k} kept), is {best.decision}: {why}",
@@ -286,7 +289,9 @@ def _in_the_way(row: SweepRow) -> tuple[list[str], str]:
     if row.failing_gates:
         open_ = (f"; {len(row.inconclusive_gates)} more not settled by its items"
                  if row.inconclusive_gates else "")
-        return row.failing_gates, f"fails {', '.join(row.failing_gates)}{open_}"
+        stopped = (f"; stopped early, not measured: {', '.join(row.not_measured)}"
+                   if row.stopped_by else "")
+        return row.failing_gates, f"fails {', '.join(row.failing_gates)}{open_}{stopped}"
     return row.inconclusive_gates, f"not shown within margin: {', '.join(row.inconclusive_gates)}"
 
 
