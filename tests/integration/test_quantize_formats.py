@@ -124,6 +124,7 @@ def test_every_format_quantises_loads_and_generates(tiny_model: Path, tmp_path: 
     built = {q["candidate"]: q for q in summary}
     assert set(built) == set(FORMATS) and all(q["source"] == "built" for q in summary)
 
+    check_int4_dequantised(Path(built["int4"]["path"]), tiny_model, tmp_path)
     jobs = servable_here(built, tiny_model)
     served = served_formats(jobs, tmp_path)
     refused_here = sorted(set(FORMATS) - set(jobs))
@@ -175,6 +176,50 @@ def test_every_format_quantises_loads_and_generates(tiny_model: Path, tmp_path: 
     assert all(q["source"] == "cache" for q in again)
     assert {q["path"] for q in again} == {q["path"] for q in summary}
     assert second.stdout.count("reused cached artifact") == len(FORMATS)
+
+
+def tensors(folder: Path) -> dict:
+    from safetensors.torch import load_file
+
+    return {k: v for f in sorted(folder.glob("*.safetensors")) for k, v in load_file(f).items()}
+
+
+def check_int4_dequantised(artifact: Path, model: Path, tmp_path: Path) -> None:
+    """The int4 artifact dequantised onto the baseline (quantize/dense.py), as a W4A16
+    kernel dequantises it: every quantised weight equals scale x (q - zero) per group,
+    unpacked here by compressed-tensors' own unpacking and stored in the baseline's dtype;
+    every other tensor and the baseline's model files are the baseline's; no quantisation
+    config is left; a second call is the cached checkpoint."""
+    import torch
+    from compressed_tensors.compressors.pack_quantized.helpers import unpack_from_int32
+
+    from workbench.quantize.dense import DENSE_FACTS, dense_checkpoint
+
+    dense = dense_checkpoint(artifact, model, "tiny-model", tmp_path / "dense.log")
+    packed, weights, base = tensors(artifact), tensors(dense), tensors(model)
+    quantised = [k.removesuffix(".weight_packed") for k in packed if k.endswith("_packed")]
+    assert len(quantised) >= 7 and set(weights) == set(base)
+    for name in quantised:
+        shape = torch.Size(int(x) for x in packed[f"{name}.weight_shape"])
+        q = unpack_from_int32(packed[f"{name}.weight_packed"], 4, shape).float()
+        scale = packed[f"{name}.weight_scale"].float()
+        group = shape[1] // scale.shape[1]
+        zero = packed.get(f"{name}.weight_zero_point")
+        zero = torch.zeros_like(scale) if zero is None else \
+            unpack_from_int32(zero, 4, scale.shape, packed_dim=0).float()
+        expected = (q - zero.repeat_interleave(group, 1)) * scale.repeat_interleave(group, 1)
+        stored = weights[f"{name}.weight"]
+        assert stored.dtype == base[f"{name}.weight"].dtype == torch.bfloat16
+        assert torch.equal(stored, expected.to(stored.dtype)), name
+        assert not torch.equal(stored, base[f"{name}.weight"]), name
+    kept = set(base) - {f"{name}.weight" for name in quantised}
+    assert kept and all(torch.equal(weights[k], base[k]) for k in kept)
+    for name in ("config.json", "tokenizer.json", "generation_config.json"):
+        if (model / name).is_file():
+            assert (dense / name).read_bytes() == (model / name).read_bytes(), name
+    facts = json.loads((dense / DENSE_FACTS).read_text())
+    assert facts["tensors_changed"] == len(quantised)
+    assert dense_checkpoint(artifact, model, "tiny-model", tmp_path / "dense.log") == dense
 
 
 def check_refused_before_any_work(names: list[str], config: Path, tmp_path: Path, workbench,
