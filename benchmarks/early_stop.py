@@ -1,7 +1,7 @@
 """The main job stopped early against the same job measured in full (issue 54).
 
     .venv/bin/python benchmarks/early_stop.py [--candidate int4] [--out FILE]
-        [--skip-cached-all]
+        [--skip-cached-all | --cached-only] [--then CANDIDATE ...]
 
 Four runs of `workbench evaluate --candidate int4`, each timed as a whole process on this
 machine, one after the other:
@@ -17,6 +17,12 @@ in full, cold and with the baseline cached), and each stopped run's gates held a
 full run's: every gate the stopped run judged (not `not_measured`) with its status in both,
 and whether the failed gates agree. Every figure is written to --out as JSON after each
 run, so a run cut short keeps the ones before it.
+
+--cached-only leaves run 1 out: run 2 seeds the cache (the baseline is measured in full
+either way), then runs 3 and 4 give the ratio with the baseline cached, the stopped runs held
+against run 4. --then runs each named candidate after them, as the README runs it, in the
+same cache (the baseline cached): e.g. `--then int8` shows whether a candidate that passes
+is measured in full (no `early_stop`) and promotes.
 """
 
 from __future__ import annotations
@@ -80,7 +86,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--candidate", default="int4")
     parser.add_argument("--out", type=Path, default=Path("early_stop.json"))
-    parser.add_argument("--skip-cached-all", action="store_true")
+    runs = parser.add_mutually_exclusive_group()
+    runs.add_argument("--skip-cached-all", action="store_true")
+    runs.add_argument("--cached-only", action="store_true")
+    parser.add_argument("--then", nargs="*", default=[])
     args = parser.parse_args()
     figures: dict = {}
 
@@ -94,25 +103,36 @@ def main() -> None:
             tempfile.TemporaryDirectory(prefix="wb-stop-b-") as b:
         for scratch in (Path(a), Path(b)):
             link_shared_cache(scratch / "cache")
-        keep("cold, measure-all", evaluate(Path(a), args.candidate, True))
+        seeded = Path(b) if args.cached_only else Path(a)
+        if not args.cached_only:
+            keep("cold, measure-all", evaluate(Path(a), args.candidate, True))
         keep("cold, stopped", evaluate(Path(b), args.candidate, False))
-        drop_cached_pairs(Path(a))
-        keep("baseline cached, stopped", evaluate(Path(a), args.candidate, False))
+        drop_cached_pairs(seeded)
+        keep("baseline cached, stopped", evaluate(seeded, args.candidate, False))
         if not args.skip_cached_all:
-            drop_cached_pairs(Path(a))
-            keep("baseline cached, all", evaluate(Path(a), args.candidate, True))
+            drop_cached_pairs(seeded)
+            keep("baseline cached, all", evaluate(seeded, args.candidate, True))
+        for other in args.then:
+            keep(f"{other}, baseline cached", evaluate(seeded, other, False))
+    summarise(figures)
+    args.out.write_text(json.dumps(figures, indent=2))
+    print(json.dumps({k: v for k, v in figures.items() if "vs full" in k or "ratio" in k},
+                     indent=2))
 
-    full = figures["cold, measure-all"]
+
+def summarise(figures: dict) -> None:
+    """Each stopped run against the run measured in full, and the ratios of their times."""
+    full = figures.get("cold, measure-all") or figures.get("baseline cached, all")
     for name in ("cold, stopped", "baseline cached, stopped"):
-        figures[f"{name} vs full"] = against_full(figures[name], full)
-    figures["ratio cold"] = round(figures["cold, stopped"]["seconds"] / full["seconds"], 3)
+        if full and name in figures:
+            figures[f"{name} vs full"] = against_full(figures[name], full)
+    if "cold, measure-all" in figures:
+        figures["ratio cold"] = round(
+            figures["cold, stopped"]["seconds"] / figures["cold, measure-all"]["seconds"], 3)
     if "baseline cached, all" in figures:
         figures["ratio baseline cached"] = round(
             figures["baseline cached, stopped"]["seconds"]
             / figures["baseline cached, all"]["seconds"], 3)
-    args.out.write_text(json.dumps(figures, indent=2))
-    print(json.dumps({k: v for k, v in figures.items() if "vs full" in k or "ratio" in k},
-                     indent=2))
 
 
 if __name__ == "__main__":
