@@ -17,7 +17,12 @@ import pytest
 from workbench.config.run_config import EngineConfig, load_config
 from workbench.mechanisms.host import fast_dtype
 from workbench.mechanisms.paths import cache_root
-from workbench.quantize.formats import format_of_checkpoint, stand_in, unsupported_reason
+from workbench.quantize.formats import (
+    format_of_candidate,
+    format_of_checkpoint,
+    served_dense,
+    unsupported_reason,
+)
 from workbench.serve.engine import EngineServer, parse_cache_info
 
 pytestmark = pytest.mark.integration
@@ -225,15 +230,17 @@ def check_int4_dequantised(artifact: Path, model: Path, tmp_path: Path) -> None:
 def check_refused_before_any_work(names: list[str], config: Path, tmp_path: Path, workbench,
                                   quantize_out: str) -> None:
     """A format this CPU's engine cannot serve is marked so by `quantize`, and `evaluate`
-    refuses it in one line, exit 2, before any run folder or engine; one with a stand-in
-    (int4 on AVX2: quantize/formats.py, STAND_INS) is planned as its stand-in instead, which
-    `validate` says (test_pipeline.py evaluates it)."""
-    assert quantize_out.count("unsupported") >= len(names), quantize_out
+    refuses it in one line, exit 2, before any run folder or engine; int4 weights on AVX2
+    are served dequantised instead (quantize/formats.py, served_dense), which `validate`
+    says (test_dense_serving.py evaluates it)."""
+    marked = quantize_out.count("unsupported") + quantize_out.count("dequantised")
+    assert marked >= len(names), quantize_out
     for name in names:
-        if stand_in(name, load_config(config).candidate(name), "cpu") is not None:
+        fmt = format_of_candidate(load_config(config).candidate(name))
+        if served_dense(name, fmt, "cpu") is not None:
             checked = workbench("validate", "--candidate", name, "--config", str(config),
                                 cwd=tmp_path)
-            assert checked.returncode == 0 and "stand-in" in checked.stdout, checked.stdout
+            assert checked.returncode == 0 and "served dense" in checked.stdout, checked.stdout
             continue
         refused = workbench("evaluate", "--candidate", name, "--config", str(config),
                             "--runs-dir", "refused", cwd=tmp_path)

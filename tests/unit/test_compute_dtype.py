@@ -1,8 +1,8 @@
 """The precision the workbench computes in, and what it evaluates where the engine has no
 kernel, for each class of x86 CPU (mechanisms/host.py, serve/device.py, quantize/formats.py):
-bf16 where the CPU multiplies it natively, float32 where bf16 is emulated; int4 where the
-engine has a kernel for it, int8 W8A8 in its place on AVX2, said plainly. Keys made on a
-bf16 machine stay what they were."""
+bf16 where the CPU multiplies it natively, float32 where bf16 is emulated; int4 served by
+the engine's kernel where it has one, its weights dequantised and served dense on AVX2,
+said plainly. Keys made on a bf16 machine stay what they were."""
 
 from __future__ import annotations
 
@@ -22,7 +22,8 @@ from workbench.mechanisms import host
 from workbench.mechanisms.paths import ISA_CAP_SITE, offline_env
 from workbench.plan.plan import Outputs, plan
 from workbench.quantize.build import artifact_key
-from workbench.quantize.formats import STAND_INS, stand_in
+from workbench.quantize.checks import unsupported_here
+from workbench.quantize.formats import NO_INT4_KERNEL, format_of_candidate, served_dense
 from workbench.record.migrate import migrate
 from workbench.serve.device import device_facts, serve_dtype
 from workbench.serve.engine import ServerInfo, engine_command
@@ -54,23 +55,26 @@ def cpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     host.cpu_vector_isa.cache_clear()
 
 
-@pytest.mark.parametrize(("name", "capped", "isa", "native", "dtype", "int4"), [
-    ("sapphire-rapids", False, "avx512", True, "bfloat16", "w4a16"),
-    ("zen4", False, "avx512", True, "bfloat16", "w4a16"),
-    ("skylake-x", False, "avx512", False, "float32", "w4a16"),
-    ("zen2-epyc", False, "avx2", False, "float32", "w8a8-int8"),
-    ("sapphire-rapids", True, "avx2", False, "float32", "w8a8-int8"),  # the ISA cap
+def dense_int4(cand: Candidate, device: str = "cpu"):
+    return served_dense("int4", format_of_candidate(cand), device)
+
+
+@pytest.mark.parametrize(("name", "capped", "isa", "native", "dtype", "dense"), [
+    ("sapphire-rapids", False, "avx512", True, "bfloat16", False),
+    ("zen4", False, "avx512", True, "bfloat16", False),
+    ("skylake-x", False, "avx512", False, "float32", False),
+    ("zen2-epyc", False, "avx2", False, "float32", True),
+    ("sapphire-rapids", True, "avx2", False, "float32", True),  # the ISA cap
 ])
 def test_each_cpu_class_gets_its_dtype_and_its_int4(cpu, name: str, capped: bool, isa: str,
                                                     native: bool, dtype: str,
-                                                    int4: str) -> None:
+                                                    dense: bool) -> None:
     cpu(name, capped)
     assert host.cpu_vector_isa() == isa and host.native_bf16() is native
     assert host.fast_dtype("cpu") == dtype
     assert serve_dtype("auto", "cpu", None) == dtype
     assert serve_dtype("bfloat16", "cpu", None) == "bfloat16"  # the config's word wins
-    found = stand_in("int4", Candidate(recipe="w4a16", group_size=64), "cpu")
-    assert (found[0].recipe if found else "w4a16") == int4
+    assert (dense_int4(Candidate(recipe="w4a16", group_size=64)) is not None) is dense
     # the engine is started in that dtype
     cmd = engine_command(Path("/m"), "m", 8000, EngineConfig(), [], "cpu")
     assert cmd[cmd.index("--dtype") + 1] == dtype
@@ -81,7 +85,7 @@ def test_a_gpu_keeps_bf16_and_takes_float16_below_ampere(cpu) -> None:
     assert host.fast_dtype("cuda") == "bfloat16"
     assert host.fast_dtype("cuda", (9, 0)) == host.fast_dtype("cuda", (8, 0)) == "bfloat16"
     assert host.fast_dtype("cuda", (7, 5)) == "float16"
-    assert stand_in("int4", Candidate(recipe="w4a16"), "cuda") is None
+    assert dense_int4(Candidate(recipe="w4a16"), "cuda") is None
 
 
 def test_the_cap_reaches_child_processes_and_vllms_own_probes(cpu) -> None:
@@ -99,39 +103,40 @@ def test_the_cap_reaches_child_processes_and_vllms_own_probes(cpu) -> None:
     assert str(ISA_CAP_SITE) not in offline_env().get("PYTHONPATH", "")
 
 
-def test_the_stand_in_is_only_for_a_recipe_with_no_kernel(cpu) -> None:
+def test_int4_is_served_dense_only_where_the_engine_has_no_kernel_for_it(cpu) -> None:
     cpu("zen2-epyc")
-    replacement, statement = stand_in("int4", Candidate(recipe="w4a16", group_size=64),
-                                      "cpu") or (None, None)
-    assert replacement is not None and statement is not None
-    assert replacement.recipe == STAND_INS[("w4a16", "avx2")] == "w8a8-int8"
-    assert statement.requested_format == "W4A16" and statement.evaluated_format == "W8A8"
-    assert "AVX2" in statement.why and "AVX-512" in statement.why
-    assert "in its place" in statement.line and "about W8A8" in statement.line
-    # what has its own refusal keeps it: a ready checkpoint, a recipe file, an FP8 KV cache
-    assert stand_in("x", Candidate(checkpoint="/ckpt"), "cpu") is None
-    assert stand_in("x", Candidate(recipe_file="r.yaml"), "cpu") is None
-    assert stand_in("x", Candidate(recipe="w4a16", kv_cache_dtype="fp8"), "cpu") is None
-    assert stand_in("x", Candidate(recipe="w8a8-int8"), "cpu") is None  # serves as it is
+    found = dense_int4(Candidate(recipe="w4a16", group_size=64))
+    assert found is not None and found.format == "W4A16" and found.why == NO_INT4_KERNEL
+    assert "AVX2" in found.why and "AVX-512" in found.why
+    assert "dequantised" in found.line and "cannot be measured here" in found.line
+    assert found.not_own.startswith("not applicable on this device")
+    # the same weights asked with int8 activations, an FP8 KV cache or on a GPU are not
+    # int4 weight-only: served as they are, or refused by their own rules
+    assert dense_int4(Candidate(recipe="w8a8-int8")) is None
+    assert dense_int4(Candidate(recipe="w4a16", kv_cache_dtype="fp8")) is None
+    assert dense_int4(Candidate(recipe="w4a16"), "cuda") is None
+    cfg = load_config(DEFAULT)
+    assert unsupported_here(cfg, "int4", "cpu") is None  # served dense, not refused
+    cpu("zen4")
+    assert dense_int4(Candidate(recipe="w4a16", group_size=64)) is None
 
 
-def test_validate_and_evaluate_plan_the_stand_in_on_avx2(cpu, tmp_path: Path) -> None:
+def test_validate_and_evaluate_plan_int4_served_dense_on_avx2(cpu, tmp_path: Path) -> None:
     cpu("zen2-epyc")
     p = plan(load_config(DEFAULT), "int4", Outputs(runs_dir=tmp_path / "runs"), "cpu")
-    assert p.candidate.recipe == "w8a8-int8" and p.stand_in is not None
-    assert p.cfg.candidate("int4").recipe == "w8a8-int8"
-    assert p.at_profile("full").stand_in == p.stand_in
+    assert p.candidate.recipe == "w4a16" and p.dense is not None  # int4 itself
+    assert p.at_profile("full").dense == p.dense
     result = CliRunner().invoke(main, ["validate", "--config", str(DEFAULT), "--candidate",
                                        "int4", "--runs-dir", str(tmp_path / "runs")])
     assert result.exit_code == 0, result.output
-    assert "stand-in" in result.output and "W8A8" in result.output
+    assert "served dense" in result.output and "W4A16" in result.output
     assert not (tmp_path / "runs").exists()
-    # tune searches int4 layouts: there is nothing to search here
+    # tune searches int4 layouts, each served dense here
     tuned = CliRunner().invoke(main, ["validate", "--config", str(DEFAULT), "--candidate",
                                       "int4", "--tune"])
-    assert tuned.exit_code == 2 and "tune searches W4A16 layouts" in tuned.output
+    assert tuned.exit_code == 0, tuned.output
     cpu("sapphire-rapids")
-    assert plan(load_config(DEFAULT), "int4", Outputs(), "cpu").stand_in is None
+    assert plan(load_config(DEFAULT), "int4", Outputs(), "cpu").dense is None
 
 
 def test_keys_made_in_bf16_stay_and_float32_gets_its_own(cpu) -> None:

@@ -267,8 +267,8 @@ def validate(config_path: str, candidate: str | None, load_profile: str | None,
         if for_tune:
             check_tune(p, Budget(max_trials=1, max_hours=1.0))  # tune's own, on top
         policy, suites, checked = p.policy, p.suites, f"candidate {candidate}"
-        if p.stand_in is not None:
-            console.print(f"[bold yellow]stand-in:[/] {escape(p.stand_in.line)}")
+        if p.dense is not None:
+            console.print(f"[bold yellow]served dense:[/] {escape(p.dense.line)}")
     else:
         p = None
         policy, suites = check_config(cfg, outputs)

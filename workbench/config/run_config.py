@@ -332,11 +332,6 @@ class RunConfig(StrictModel):
                 raise InputError(f"--{role}-endpoint: {url!r}: {why}") from None
         return self.model_copy(update={"endpoints": EndpointsConfig(**sides)})
 
-    def with_candidate(self, name: str, cand: Candidate) -> RunConfig:
-        """This config with the candidate `name` built and served as `cand` (a stand-in
-        where the engine has no kernel for the config's own: quantize/formats.py)."""
-        return self.model_copy(update={"candidates": {**self.candidates, name: cand}})
-
     def candidate(self, name: str) -> Candidate:
         if name not in self.candidates:
             known = ", ".join(sorted(self.candidates))

@@ -22,6 +22,7 @@ from workbench.gate.evidence import Evidence, GateOutcome, LoadView
 from workbench.gate.gates import decide, evaluate_gates, measured_kinds
 from workbench.gate.looks import Looks, one_look
 from workbench.gate.paired import ALL, Comparisons, SliceComparison
+from workbench.gate.served import mark_not_own
 from workbench.measure.measurement import LOAD_DIR, Measurement, further_load_dir
 from workbench.suites.definition import Suite
 from workbench.suites.scorers.fidelity import compare_fidelity
@@ -132,16 +133,19 @@ def _further_load(base: Measurement | None, cand: Measurement | None, run_dir: P
 
 def judge(policy: GatePolicy, policy_path: Path, base: Measurement | None,
           cand: Measurement | None, fidelity: dict, device: str, run_dir: Path,
-          seed: int, looks: Looks | None = None) -> GateReport:
+          seed: int, looks: Looks | None = None, not_own: str | None = None) -> GateReport:
     """The policy's verdict on the evidence. looks: how this run looks at its items (one
-    look at the policy's level unless given); each look is judged at its share of alpha."""
+    look at the policy's level unless given); each look is judged at its share of alpha.
+    not_own: why the candidate's speed and memory are not its own format's (served
+    dense), its gates then not measured (gate/served.py)."""
     looks = looks or one_look(policy.confidence, 1, "")
     per_look = policy.for_look(looks["planned"])
     ev = evidence(base, cand, fidelity, device, run_dir)
     compared = Comparisons(per_look.confidence, per_look.bootstrap_resamples, seed)
     stopped = cand.stopped if cand else None
-    outcomes = mark_not_measured(evaluate_gates(per_look, ev, seed, compared), stopped,
-                                 ev.base_suites, policy.health)
+    outcomes = mark_not_own(mark_not_measured(evaluate_gates(per_look, ev, seed, compared),
+                                              stopped, ev.base_suites, policy.health),
+                            not_own)
     decision = decide(outcomes, per_look.inconclusive_blocks)
     if stopped is not None and decision == "promote":
         # judged again under a laxer policy, a stopped run whose gates all pass still

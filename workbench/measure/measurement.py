@@ -251,14 +251,15 @@ def measure(cfg: RunConfig, role: str, model_dir: Path, served: str, extra_args:
             suites: list[Suite], requests: list[Request], tokenizer_dir: Path, out_dir: Path,
             console: Console, device: str, ceiling: bool = True,
             further: dict[str, list[Request]] | None = None,
-            watch: SuiteWatch | None = None, done: dict[str, SuiteResult] | None = None
-            ) -> Measurement:
+            watch: SuiteWatch | None = None, done: dict[str, SuiteResult] | None = None,
+            load_test: bool = True) -> Measurement:
     """Start the engine for one model (or attach to its endpoint), run every suite and the
     load sweep of each profile the run gates (its own, then `further`'s), stop it.
 
     ceiling: also measure the load generator's own limit (once per run is enough).
     watch: the candidate's suites' order and early stop (measure/watch.py); a candidate
-    it stops runs no load test. done: suites an earlier, stopped session measured."""
+    it stops runs no load test. done: suites an earlier, stopped session measured.
+    load_test: False runs none (a candidate served dense: its speed is not its format's)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     server = _server(cfg, role, model_dir, served, extra_args, out_dir, device)
@@ -279,7 +280,7 @@ def measure(cfg: RunConfig, role: str, model_dir: Path, served: str, extra_args:
                     tokenizer_dir, role, device, watch, done)
                 profiles = {cfg.load.profile: requests, **(further or {})}
                 loads = {name: not_measured_load(cfg, name) for name in profiles} \
-                    if stopped is not None else load_tests(
+                    if stopped is not None or not load_test else load_tests(
                         cfg, server, profiles, tokenizer_dir, out_dir, console, role, client,
                         ceiling, pgid if device == "cpu" else None)
                 load = loads.pop(cfg.load.profile)

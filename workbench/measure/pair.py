@@ -134,11 +134,14 @@ def _candidate(p: Plan, q: QuantizeResult, run_dir: Path, console: Console,
     """The candidate's session: its suites watched against the baseline's (the cheapest
     decisive first), then its load test unless it was stopped; `done`: the suites a
     stopped run of it measured already."""
-    console.print(f"[bold]candidate {p.candidate_name}[/]: measuring")
-    m = measure(p.cfg, "candidate", Path(q.path or p.model_dir), served_name(p, "candidate"),
-                q.serve_args, p.suites, p.requests, p.model_dir, run_dir / "candidate",
-                console, p.device, further=p.further,
-                watch=watch(base.suites) if watch is not None else None, done=done)
+    console.print(f"[bold]candidate {p.candidate_name}[/]: measuring" + (
+        " (served dense: no load test, its speed and memory would not be "
+        f"{q.dense.format}'s)" if q.dense else ""))
+    m = measure(p.cfg, "candidate", Path(q.served_path or p.model_dir),
+                served_name(p, "candidate"), q.serve_args, p.suites, p.requests, p.model_dir,
+                run_dir / "candidate", console, p.device, further=p.further,
+                watch=watch(base.suites) if watch is not None else None, done=done,
+                load_test=q.dense is None)
     if m.stopped is not None:
         _say_stopped(console, p.candidate_name, m.stopped)
     return m
@@ -164,9 +167,10 @@ def _with_load(p: Plan, q: QuantizeResult, base: Measurement, cand: Measurement,
                ) -> tuple[Measurement, Measurement]:
     """Both models with every load round the plan asks for: a cached baseline's first
     round in a session of its own, then the later rounds. A candidate stopped early gets
-    none, and nor does a cached baseline: its load is not measured in this run."""
+    none, nor one served dense, and nor does a cached baseline: its load is not measured
+    in this run."""
     out_dir = run_dir / "baseline"
-    if cand.stopped is not None:
+    if cand.stopped is not None or q.dense is not None:
         if base_cached:
             base = replace(base, load=not_measured_load(p.cfg, p.cfg.load.profile),
                            further_load={name: not_measured_load(p.cfg, name)
@@ -186,7 +190,7 @@ def _later_rounds(p: Plan, q: QuantizeResult, base: Measurement, cand: Measureme
     that the latency gates see the variance between sessions (load.rounds)."""
     if p.cfg.load.rounds < 2:
         return base, cand
-    sides = {"baseline": (p.model_dir, []), "candidate": (Path(q.path), q.serve_args)}
+    sides = {"baseline": (p.model_dir, []), "candidate": (Path(q.served_path), q.serve_args)}
     later: dict[str, list[Measurement]] = {role: [] for role in ROLES}
     for r in range(2, p.cfg.load.rounds + 1):
         for role, (model_dir, args) in sides.items():
@@ -217,7 +221,7 @@ def _what_the_candidate_serves(p: Plan, q: QuantizeResult) -> dict:
     # not q.source: an artifact built now and the same one found in the cache later are
     # the same weights, and their measurement is the same measurement
     return {"candidate": p.candidate.model_dump(mode="json"), "artifact": q.key,
-            "serve_args": q.serve_args,
+            "serve_args": q.serve_args, **({"served": "dense"} if q.dense else {}),
             "served_name": served_name(p, "candidate"), "rounds": p.cfg.load.rounds}
 
 

@@ -142,8 +142,10 @@ def _judge_and_record(p: Plan, pair: MeasuredPair, run_dir: Path, tracker: Track
                       looks: Looks) -> DecisionRecord:
     with stage("judge and record", run_dir, "judge"):
         fidelity = token_fidelity(p.suites, run_dir, p.split.keeps if p.split else None)
+        dense = pair.artifact.dense
         report = judge(p.policy, p.cfg.resolve(p.cfg.gates), pair.baseline, pair.candidate,
-                       fidelity, p.device, run_dir, p.cfg.seed, looks)
+                       fidelity, p.device, run_dir, p.cfg.seed, looks,
+                       dense.not_own if dense else None)
         rec = build_record(p, pair, report, fidelity, run_dir, mlflow_section(tracker))
         write_record(run_dir, rec)
         _write_timing(run_dir)
@@ -227,11 +229,11 @@ def _evaluate(p: Plan, run_dir: Path, console: Console, remeasure: bool,
               measure_all: bool) -> DecisionRecord:
     _keep_inputs(p, run_dir)
     console.print(f"run folder {run_dir} · device {p.device} · engine {p.engine_version}")
-    if p.stand_in is not None:  # said first, and again beside the decision (the record)
-        console.print(f"[bold yellow]stand-in:[/] {escape(p.stand_in.line)}")
+    if p.dense is not None:  # said first, and again beside the decision (the record)
+        console.print(f"[bold yellow]served dense:[/] {escape(p.dense.line)}")
     started = time.perf_counter()
     tags = {"candidate": p.candidate_name, "device": p.device,
-            **({"stand_in": p.stand_in.evaluated} if p.stand_in else {})}
+            **({"served": "dense"} if p.dense else {})}
     with tracker_for(p.cfg, p.candidate_name, tags, console, parent) as tracker:
         tracker.log_params(run_params(p, run_dir))
         try:

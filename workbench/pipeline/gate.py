@@ -37,8 +37,10 @@ def regate(run_dir: Path, policy_path: Path | None = None) -> tuple[DecisionReco
     policy = load_gate_policy(path)
     base, cand = stored_measurement(run_dir, "baseline"), stored_measurement(run_dir,
                                                                              "candidate")
+    dense = rec.served_dense
     report = judge(policy, path, base, cand, rec.fidelity, rec.device.get("kind", "cpu"),
-                   run_dir, int(rec.seeds.get("run", 0)), _looks_under(rec, policy))
+                   run_dir, int(rec.seeds.get("run", 0)), _looks_under(rec, policy),
+                   dense["not_judged"] if dense else None)
     rec.gates, rec.decision, rec.policy = report.gates, report.decision, report.policy
     rec.comparability = report.comparability
     rec.schema_version = SCHEMA_VERSION  # written anew in the current shape

@@ -6,6 +6,7 @@ the run folder.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 from rich.console import Console
@@ -19,6 +20,8 @@ from workbench.mechanisms.progress import status
 from workbench.plan.plan import Outputs, Plan, check_candidates
 from workbench.quantize.build import QuantizeResult, quantize, show_candidates
 from workbench.quantize.checks import serving_problem
+from workbench.quantize.dense import dense_checkpoint
+from workbench.quantize.formats import served_dense
 from workbench.serve.engine import detect_device
 
 __all__ = ["quantize_planned", "run_quantize"]
@@ -44,6 +47,29 @@ def quantize_planned(p: Plan, run_dir: Path, console: Console) -> QuantizeResult
         unsupported = serving_problem(p.cfg, p.candidate_name, p.device, Path(q.path))
         if unsupported:
             raise InputError(unsupported)
+    return _as_served_here(p, q, run_dir, console)
+
+
+def _as_served_here(p: Plan, q: QuantizeResult, run_dir: Path, console: Console
+                    ) -> QuantizeResult:
+    """The artifact as this device serves it: where the engine has no kernel for its
+    format, its weights dequantised into a dense checkpoint (quantize/dense.py), which the
+    engine is given instead; its format, manifest and key stay the artifact's."""
+    found = served_dense(p.candidate_name, q.format, p.device) \
+        if q.source in ("built", "cache") else None
+    if found is None:
+        return q
+    what = f"dequantising {p.candidate_name} ({found.format}) for dense serving"
+    with status(console, what) as shown:
+        dense = dense_checkpoint(Path(q.path), p.model_dir, p.model_digest,
+                                 run_dir / "dequantize.log",
+                                 lambda step: shown.update(f"{what} {escape(step)}"))
+    if p.dense is None:  # a recipe file's: not said before it was built
+        console.print(f"[bold yellow]served dense:[/] {escape(found.line)}")
+    console.print(f"[green]✓[/] dequantised {p.candidate_name} -> {dense} (served dense: "
+                  "its own weights, in the baseline's dtype)")
+    q = replace(q, dense=replace(found, checkpoint=str(dense)))
+    write_json(run_dir / "quantize.json", q.to_dict())
     return q
 
 

@@ -34,7 +34,7 @@ from workbench.plan.checks import (
 from workbench.plan.context import context_problems
 from workbench.plan.device_checks import device_problems
 from workbench.quantize.checks import candidate_problems, serving_problem
-from workbench.quantize.formats import StandIn, stand_in
+from workbench.quantize.formats import format_of_candidate, served_dense
 from workbench.serve.engine import detect_device, engine_version
 from workbench.suites.definition import Suite, find_suite_dir, load_suite
 from workbench.suites.split import ItemSplit
@@ -56,15 +56,17 @@ class Plan:
 
     def __init__(self, cfg: RunConfig, candidate: str, device: str, policy: GatePolicy,
                  suites: list[Suite], requests: list[Request],
-                 split: ItemSplit | None = None, stand_in: StandIn | None = None,
+                 split: ItemSplit | None = None,
                  further: dict[str, list[Request]] | None = None) -> None:
-        self.cfg = cfg  # with a stand-in, the config as evaluated (its candidate replaced)
-        # the format evaluated in place of the candidate's own, where this device has no
-        # kernel for it (quantize/formats.py, STAND_INS); None: the candidate as declared
-        self.stand_in = stand_in
+        self.cfg = cfg
         self.device = device
         self.candidate_name = candidate
         self.candidate = cfg.candidate(candidate)
+        # a built int4 candidate this device has no kernel for, served as its weights
+        # dequantised (quantize/formats.py); a recipe file's format is known once built,
+        # and the quantise step decides it then (pipeline/quantize.py)
+        self.dense = None if cfg.endpoints.candidate is not None or self.candidate.checkpoint \
+            else served_dense(candidate, format_of_candidate(self.candidate), device)
         self.model_dir = cfg.model.resolved_path(cfg.base_dir)
         self.policy = policy
         self.suites = suites
@@ -79,14 +81,12 @@ class Plan:
         """Another candidate of the same checked run (a tune trial, whose config adds it),
         judged on a half of the items or on all of them."""
         return Plan(cfg, candidate, self.device, self.policy, self.suites, self.requests,
-                    split, self.stand_in if candidate == self.candidate_name else None,
-                    self.further)
+                    split, self.further)
 
     def at_profile(self, profile: Literal["smoke", "full"]) -> Plan:
         """The same run measuring another profile of its suites (a second look)."""
         return Plan(self.cfg.with_profile(profile), self.candidate_name, self.device,
-                    self.policy, self.suites, self.requests, self.split, self.stand_in,
-                    self.further)
+                    self.policy, self.suites, self.requests, self.split, self.further)
 
     def growing_runs(self) -> set[str]:
         """The suite runs (a guided run under its own name) that have items this
@@ -254,7 +254,6 @@ def plan(cfg: RunConfig, candidate: str, outputs: Outputs, device: str | None = 
     problems = Problems()
     problems.get(lambda: cfg.candidate(candidate))
     problems.raise_any()  # an unknown candidate makes the other checks meaningless
-    cfg, replaced = _with_stand_in(cfg, candidate, device)
     policy, suites = suites_and_policy(cfg, problems)
     requests = {name: problems.get(functools.partial(_profile_requests, cfg, name))
                 for name in cfg.load.gated}
@@ -264,17 +263,5 @@ def plan(cfg: RunConfig, candidate: str, outputs: Outputs, device: str | None = 
     made = {name: r for name, r in requests.items() if r is not None}
     assert policy is not None and len(made) == len(requests)
     own, *rest = cfg.load.gated
-    return Plan(cfg, candidate, device, policy, suites, made[own], stand_in=replaced,
+    return Plan(cfg, candidate, device, policy, suites, made[own],
                 further={name: made[name] for name in rest})
-
-
-def _with_stand_in(cfg: RunConfig, name: str, device: str) -> tuple[RunConfig, StandIn | None]:
-    """The config as it will be evaluated: a candidate whose format this device has no
-    kernel for replaced by its stand-in, when it has one (an endpoint candidate is served
-    elsewhere and is never replaced)."""
-    found = None if cfg.endpoints.candidate is not None else \
-        stand_in(name, cfg.candidate(name), device)
-    if found is None:
-        return cfg, None
-    replacement, statement = found
-    return cfg.with_candidate(name, replacement), statement

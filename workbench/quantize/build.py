@@ -35,7 +35,9 @@ from workbench.mechanisms.processes import spawn, stop_group
 from workbench.quantize.calibration import calibration_samples, heldout_samples
 from workbench.quantize.checks import quantiser_device, unsupported_here
 from workbench.quantize.formats import (
+    DenseServing,
     ServedFormat,
+    dense_reason,
     format_of_candidate,
     format_of_checkpoint,
     serve_args_for,
@@ -63,20 +65,33 @@ EXIT_DEVICE_MISMATCH = 78
 @dataclass(frozen=True)
 class QuantizeResult:
     candidate: str
-    path: str
+    path: str                 # the checkpoint built (or found): the candidate's own weights
     cache_hit: bool
     key: str
     manifest: dict
     source: str               # built | cache | checkpoint | baseline weights
     serve_args: list[str]     # from the current config, not the manifest: they may change
+    # where this device has no kernel for its format: its weights served dequantised
+    # (quantize/dense.py), the checkpoint the engine is given
+    dense: DenseServing | None = None
 
     @property
     def format(self) -> ServedFormat:
-        """The format as served: the checkpoint's own, with the serving arguments applied."""
+        """The format as built: the checkpoint's own, with the serving arguments applied."""
         return format_of_checkpoint(Path(self.path), self.serve_args)
+
+    @property
+    def served_path(self) -> str:
+        """The checkpoint the engine serves: the dense one where there is one."""
+        return self.dense.checkpoint if self.dense is not None else self.path
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> QuantizeResult:
+        dense = data.get("dense")
+        return cls(**{**data, "dense": DenseServing(**dense) if dense else None})
 
 
 def needs_calibration(cand: Candidate) -> bool:
@@ -347,11 +362,12 @@ def show_candidates(cfg: RunConfig, results: list[QuantizeResult], device: str,
     for q in results:
         m, fid = q.manifest, q.manifest.get("fidelity") or {}
         problem = unsupported_here(cfg, q.candidate, device, Path(q.path))
+        dense = q.source != "checkpoint" and dense_reason(q.format, device)
         ppl = (f"{fid['baseline_perplexity']:.2f} -> {fid['candidate_perplexity']:.2f}"
                if fid else "-")
         table.add_row(escape(q.candidate), escape(q.format.label),
                       f"{m.get('size_bytes', 0) / 1e6:.0f}", f"{m.get('compression_ratio', 1):.2f}",
                       ppl, f"{m['wall_time_s']:.0f}" if "wall_time_s" in m else "-",
-                      "[green]yes[/]" if problem is None else
-                      "[yellow]unsupported[/]: " + escape(problem))
+                      "[yellow]unsupported[/]: " + escape(problem) if problem else
+                      "[yellow]dequantised[/] (quality only)" if dense else "[green]yes[/]")
     console.print(table)

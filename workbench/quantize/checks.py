@@ -15,6 +15,7 @@ from workbench.mechanisms.gpu import lowest_capability, this_host
 from workbench.mechanisms.paths import offline_env, quant_python
 from workbench.quantize.formats import (
     ServedFormat,
+    dense_reason,
     format_of_candidate,
     format_of_checkpoint,
     group_size_problems,
@@ -75,7 +76,9 @@ FILES = {"chat_template": "chat template (tokenizer_config.json, chat_template.j
 
 def unsupported_here(cfg: RunConfig, name: str, device: str, artifact: Path | None = None
                      ) -> str | None:
-    """Why the engine on this device cannot serve the candidate, or None when it can."""
+    """Why the candidate cannot be served on this device, or None when it can: a built
+    weight-only int4 candidate the engine has no kernel for is served dense here
+    (formats.dense_reason); a ready checkpoint is served as it is or refused."""
     cand = cfg.candidate(name)
     fmt: ServedFormat | None
     if artifact is not None or cand.checkpoint is not None:
@@ -83,7 +86,7 @@ def unsupported_here(cfg: RunConfig, name: str, device: str, artifact: Path | No
         fmt = format_of_checkpoint(path, serve_args_for(path, cand.serve_args()))
     else:
         fmt = format_of_candidate(cand)
-    if fmt is None:
+    if fmt is None or (cand.checkpoint is None and dense_reason(fmt, device)):
         return None
     return unsupported_reason(fmt, device, capability=gpu_capability(device))
 

@@ -28,8 +28,9 @@ from workbench.quantize.gpu_rules import (
 )
 
 __all__ = [
-    "STAND_INS", "ServedFormat", "StandIn", "format_of_candidate", "format_of_checkpoint",
-    "group_size_problems", "runs_as", "serve_args_for", "stand_in", "unsupported_reason",
+    "NO_INT4_KERNEL", "DenseServing", "ServedFormat", "dense_reason", "format_of_candidate",
+    "format_of_checkpoint", "group_size_problems", "runs_as", "serve_args_for",
+    "served_dense", "unsupported_reason",
 ]
 
 
@@ -231,63 +232,69 @@ def _kv_attention_note(fmt: ServedFormat, capability: Capability) -> list[str]:
 
 def _avx2_reason(fmt: ServedFormat, weight_only: bool) -> str | None:
     if weight_only and fmt.weights == "int4":
-        return (f"{fmt.label} needs AVX-512 on vLLM-CPU: its int4 kernel (CPUWNA16) is built "
-                "only into the engine's AVX-512 library, and this CPU has AVX2 only; use int8 "
-                "(W8A8) here, or serve int4 on an AVX-512 CPU or a CUDA GPU")
+        return (f"{fmt.label} needs AVX-512 on vLLM-CPU: {NO_INT4_KERNEL}; the workbench "
+                "serves its weights dequantised here (quality only), or serve int4 on an "
+                "AVX-512 CPU or a CUDA GPU")
     if fmt.kv_cache != "auto":
         return ("an FP8 KV cache needs AVX-512 or AMX on vLLM-CPU, and this CPU has AVX2 "
                 "only; drop the FP8 KV cache here, or serve it on an AVX-512 CPU or a CUDA GPU")
     return None
 
 
-# A format the engine has no kernel for on a class of CPU, and the recipe evaluated in its
-# place there, so that one command still reaches a decision (docs/candidates.md, "What runs
-# where"): on AVX2, vLLM-CPU 0.32 has no int4 kernel at all, and int8 W8A8 is the nearest
-# format it serves (the same GPTQ weights, at 8 bits, with int8 activations).
-STAND_INS: dict[tuple[str, str], str] = {("w4a16", "avx2"): "w8a8-int8"}
+# Where the engine has no kernel for a weight-only int4 format (every AVX2 CPU: vLLM-CPU 0.32
+# builds its CPUWNA16 op, cpu_gemm_wna16, into its AVX-512 library only), the candidate's
+# weights are served dequantised into a dense checkpoint of the baseline's dtype
+# (quantize/dense.py). A W4A16 kernel dequantises each group (scale x (q - zero)) and
+# multiplies in 16 bits, so the dense model answers as the int4 one would, up to the
+# matmul's rounding; its speed and memory are the dense dtype's, not int4's
+# (docs/candidates.md, "int4 on an AVX2 CPU").
+NO_INT4_KERNEL = ("its int4 kernel (CPUWNA16) is built only into the engine's AVX-512 "
+                  "library, and this CPU has AVX2 only")
 
 
 @dataclass(frozen=True)
-class StandIn:
-    """A candidate evaluated through another format than its own, and why."""
+class DenseServing:
+    """A weight-only candidate served as its weights dequantised, and why."""
 
     candidate: str
-    requested: str   # the recipe the config names
-    requested_format: str
-    evaluated: str   # the recipe built and served instead
-    evaluated_format: str
-    why: str
+    format: str      # the candidate's own format (its label: W4A16)
+    why: str         # why this device has no kernel for it
+    checkpoint: str = ""  # the dense checkpoint, once made
 
     def to_dict(self) -> dict[str, str]:
         return asdict(self)
 
     @property
     def line(self) -> str:
-        return (f"{self.candidate}: {self.requested_format} has no kernel here ({self.why}); "
-                f"evaluating {self.evaluated_format} ({self.evaluated}) in its place, the "
-                f"nearest format this CPU serves. The decision is about {self.evaluated_format}"
-                "; for int4 itself use an AVX-512 CPU or a CUDA GPU (docs/candidates.md)")
+        return (f"{self.candidate}: {self.format} has no kernel here ({self.why}); its "
+                "weights are served dequantised, in the baseline's dtype. Quality, safety, "
+                f"structured output and fidelity are {self.format}'s own; latency, throughput "
+                "and memory cannot be measured here and are not judged (docs/candidates.md)")
+
+    @property
+    def not_own(self) -> str:
+        """Why a latency, throughput or memory gate is not judged for this candidate."""
+        return (f"not applicable on this device: {self.format} has no kernel here "
+                f"({self.why}); the candidate was served as its weights dequantised, whose "
+                f"speed and memory are not {self.format}'s")
 
 
-def stand_in(name: str, cand: Candidate, device: str, vector_isa: str | None = None
-             ) -> tuple[Candidate, StandIn] | None:
-    """The candidate to evaluate in place of ``cand`` where the engine has no kernel for
-    its format (STAND_INS), and the statement of it; None where it serves as it is, or is
-    not a built-in recipe (a ready checkpoint or a recipe file is refused instead)."""
-    isa = vector_isa or cpu_vector_isa()
-    recipe = STAND_INS.get((cand.recipe or "", isa)) if device == "cpu" else None
-    if recipe is None or cand.checkpoint or cand.recipe_file or cand.kv_cache_dtype != "auto":
+def dense_reason(fmt: ServedFormat, device: str, vector_isa: str | None = None
+                 ) -> str | None:
+    """Why ``fmt`` is served as its weights dequantised on ``device``: the kernel the
+    engine lacks for it there; None where it is served as it is (or refused)."""
+    if device != "cpu" or fmt.activations != "16-bit" or fmt.weights != "int4" \
+            or fmt.kv_cache != "auto":
         return None
-    fmt = format_of_candidate(cand)
-    reason = unsupported_reason(fmt, device, isa) if fmt else None
-    if fmt is None or reason is None:
-        return None
-    replacement = Candidate(recipe=recipe, ignore=cand.ignore,  # type: ignore[arg-type]
-                            engine_args=cand.engine_args)
-    new = format_of_candidate(replacement)
-    assert new is not None and unsupported_reason(new, device, isa) is None
-    why = reason.split(":")[1].split(";")[0].strip() if ":" in reason else reason
-    return replacement, StandIn(name, cand.recipe or "", fmt.label, recipe, new.label, why)
+    return NO_INT4_KERNEL if (vector_isa or cpu_vector_isa()) == "avx2" else None
+
+
+def served_dense(name: str, fmt: ServedFormat | None, device: str,
+                 vector_isa: str | None = None) -> DenseServing | None:
+    """The statement that candidate ``name`` of format ``fmt`` is served dense here, or
+    None (a format not known before it is built is decided once it is)."""
+    why = dense_reason(fmt, device, vector_isa) if fmt is not None else None
+    return DenseServing(name, fmt.label, why) if fmt is not None and why else None
 
 
 # Decode speed of formats the engine runs only by emulation on a device, measured with

@@ -16,7 +16,7 @@ from workbench.measure.pair import ROLES, MeasuredPair, Role
 from workbench.measure.watch import StoppedEarly
 from workbench.plan.plan import Plan
 from workbench.quantize.checks import gpu_capability
-from workbench.quantize.formats import runs_as
+from workbench.quantize.formats import DenseServing, runs_as
 from workbench.record.decision import DecisionRecord, Sampling, host_facts
 from workbench.record.plots import (
     LATENCY_PLOT,
@@ -32,7 +32,7 @@ from workbench.record.sections import (
     EndpointSection,
     EngineSection,
     MlflowSection,
-    StandInJson,
+    ServedDenseJson,
     SuitePair,
     SuiteSummary,
 )
@@ -136,6 +136,13 @@ def _early_stop(stopped: StoppedEarly | None) -> EarlyStopJson | None:
                          load_not_measured=stopped.load_not_measured)
 
 
+def _served_dense(dense: DenseServing | None) -> ServedDenseJson | None:
+    if dense is None:
+        return None
+    return ServedDenseJson(candidate=dense.candidate, format=dense.format, why=dense.why,
+                           checkpoint=dense.checkpoint, not_judged=dense.not_own)
+
+
 def _batching(server: ServerInfo) -> BatchingJson | None:
     """The batch the engine ran with; None at an endpoint and for a measurement made
     before the batch limits were recorded."""
@@ -194,7 +201,7 @@ def build_record(p: Plan, pair: MeasuredPair, report: GateReport, fidelity: dict
         reused={"quantized_artifact": q.cache_hit, **pair.reused},
         plots=_plots(p, pair, run_dir),
         mlflow=mlflow,
-        stand_in=StandInJson(**p.stand_in.to_dict()) if p.stand_in else None,  # type: ignore[typeddict-item]
+        served_dense=_served_dense(q.dense),
     )
     rec.further_load = {name: {"load": {role: m.further_load[name].to_dict()
                                         for role, m in sides if name in m.further_load},

@@ -28,6 +28,7 @@ from workbench.record.sections import (
     ModelSection,
     QuantizationSection,
     RolloutSection,
+    ServedDenseJson,
     StandInJson,
     SuitePair,
 )
@@ -38,6 +39,8 @@ __all__ = ["SCHEMA_VERSION", "SEVERITY", "DecisionRecord", "FurtherLoad", "Role"
            "counted", "gate_counts", "host_facts", "quantization_metrics", "record_metrics",
            "worst_first"]
 
+# 14: a candidate served as its weights dequantised where the device has no kernel for its
+# format (served_dense; its speed and memory gates not_measured, with the reason);
 # 13: a candidate stopped early (early_stop; the gates it left out are not_measured);
 # 12: the Rollout section (twelve fields, each model's fleet for a declared peak), the
 # engine's batch, the cost per accepted token, the registry's champion before this run (a
@@ -57,7 +60,7 @@ __all__ = ["SCHEMA_VERSION", "SEVERITY", "DecisionRecord", "FurtherLoad", "Role"
 # by its parts (id), not only as text; 4: endpoints, hub commit, per-device cost,
 # unmeasurable figures null; 3: every section typed below the top level; 2: policy, plots,
 # kernels. record/migrate.py reads every one of them.
-SCHEMA_VERSION = 13
+SCHEMA_VERSION = 14
 
 
 class Sampling(TypedDict):
@@ -112,8 +115,8 @@ class DecisionRecord:
     endpoints: dict[Role, EndpointSection] = field(default_factory=dict)  # sides not served here
     comparability: ComparabilitySection = field(default_factory=lambda: ComparabilitySection(
         checks=[], prefix_cache_at_start={}, candidate_args=[]))
-    # the format evaluated in place of the candidate's own, where this device has no
-    # kernel for it; None: the candidate as the config declares it
+    # 11-13: the format evaluated in place of the candidate's own, where this device had
+    # no kernel for it (since 14 such a candidate is served dense); None: as declared
     stand_in: StandInJson | None = None
     # 12: the twelve things a rollout goes by (record/rollout.py); None in older records
     rollout: RolloutSection | None = None
@@ -123,6 +126,9 @@ class DecisionRecord:
     # 13: why the candidate was measured no further, when a gate failed past doubt
     # before its plan was done (gate/early.py); None: measured in full
     early_stop: EarlyStopJson | None = None
+    # 14: the candidate's weights served dequantised, where this device has no kernel for
+    # its format; None: served as it is
+    served_dense: ServedDenseJson | None = None
     schema_version: int = SCHEMA_VERSION
     # the schema versions a stored record was migrated through before it was judged again
     migrated_from: list[int] = field(default_factory=list)

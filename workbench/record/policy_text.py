@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from workbench.gate.evidence import GateOutcome
 from workbench.gate.verdict import PolicySection
-from workbench.record.sections import EarlyStopJson
+from workbench.record.sections import EarlyStopJson, ServedDenseJson
 
 __all__ = ["MARK", "early_stop_lines", "gate_mark", "headlines", "looks_line", "policy_defect",
-           "policy_lines", "undersized_headline"]
+           "policy_lines", "served_dense_lines", "undersized_headline"]
 
 MARK = {"pass": "PASS", "fail": "FAIL", "inconclusive": "INCONCLUSIVE", "not_applicable": "n/a",
         "not_measured": "NOT MEASURED"}
@@ -29,6 +29,20 @@ def early_stop_lines(stop: EarlyStopJson | None) -> list[str]:
             f"({stop['level']}). Not measured: {left}{load}. Any failed gate rejects, so "
             "nothing left out could have changed the decision; `--measure-all` measures "
             "everything (docs/gates.md, \"Stopping early\").", ""]
+
+
+def served_dense_lines(dense: ServedDenseJson | None) -> list[str]:
+    """What ran, in one paragraph, where the candidate's weights were served dense."""
+    if not dense:
+        return []
+    fmt = dense["format"]
+    return [f"**Served dense: quality is {fmt}'s own, speed and memory could not be measured "
+            f"here.** {fmt} has no kernel on this device ({dense['why']}); "
+            f"`{dense['candidate']}`'s {fmt} weights were served dequantised, in the "
+            f"baseline's dtype. Quality, safety, structured output and fidelity are its own; "
+            "its latency, throughput and memory gates are not measured, so this decision "
+            f"cannot promote on them (judge them on a device with a {fmt} kernel; "
+            "docs/candidates.md).", ""]
 
 
 def gate_mark(g: GateOutcome) -> str:

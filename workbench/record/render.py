@@ -18,7 +18,13 @@ from workbench.mechanisms.files import write_json
 from workbench.record.canary import write_canary_rules
 from workbench.record.decision import SEVERITY, DecisionRecord, worst_first
 from workbench.record.policy_text import MARK as _MARK
-from workbench.record.policy_text import early_stop_lines, gate_mark, headlines, policy_lines
+from workbench.record.policy_text import (
+    early_stop_lines,
+    gate_mark,
+    headlines,
+    policy_lines,
+    served_dense_lines,
+)
 from workbench.record.render_load import further_load_lines, load_lines, slo_lines
 from workbench.record.render_rollout import registry_lines, rollout_lines, trigger_lines
 from workbench.record.sections import FidelityJson, StandInJson
@@ -211,6 +217,7 @@ def render_markdown(rec: DecisionRecord) -> str:
         f"{_dtype_text(rec)}.",
         "",
         *_stand_in_lines(rec.stand_in),
+        *served_dense_lines(rec.served_dense),
         *_kernel_lines(rec.engine.get("kernels", {})),
         *early_stop_lines(rec.early_stop),
         *[line for kind, text in headlines(rec.policy, rec.gates)
@@ -261,6 +268,7 @@ def render_summary(rec: DecisionRecord) -> str:
     lines = [f"### quant-workbench: **{rec.decision.upper()}** — `{rec.model.get('name')}` "
              f"candidate `{rec.candidate}` on {rec.device.get('kind')}", "",
              *_stand_in_lines(rec.stand_in),
+             *served_dense_lines(rec.served_dense),
              *early_stop_lines(rec.early_stop),
              ", ".join(f"{n} {_MARK[s].lower()}" for s, n in counts.items() if n)
              + f" · exit code {rec.exit_code}", ""]
@@ -310,7 +318,8 @@ _STYLE = {"pass": "green", "fail": "red", "inconclusive": "yellow", "not_applica
 
 
 def print_decision(rec: DecisionRecord, console: Console) -> None:
-    evaluated = f" (as {rec.stand_in['evaluated_format']})" if rec.stand_in else ""
+    evaluated = f" (as {rec.stand_in['evaluated_format']})" if rec.stand_in else \
+        " (served dense)" if rec.served_dense else ""
     table = Table(title=f"{rec.candidate}{evaluated} vs baseline — decision: "
                         f"{rec.decision.upper()}")
     table.add_column("gate")
@@ -324,7 +333,7 @@ def print_decision(rec: DecisionRecord, console: Console) -> None:
     style = {"defect": "bold red", "undersized": "bold yellow", "looks": "default"}
     for kind, text in headlines(rec.policy, rec.gates):
         console.print(f"[{style[kind]}]{escape(text)}[/]")
-    for line in _stand_in_lines(rec.stand_in)[:1]:
+    for line in [*_stand_in_lines(rec.stand_in), *served_dense_lines(rec.served_dense)][:1]:
         console.print(f"[bold yellow]{escape(line.replace('**', '').replace('`', ''))}[/]")
     for line in early_stop_lines(rec.early_stop)[:1]:
         console.print(escape(line.replace("**", "").replace("`", "")))

@@ -74,6 +74,9 @@ def _precision(rec: DecisionRecord) -> RolloutField:
             f"in {rec.device.get('serve_dtype', '?')}")
     if rec.stand_in:
         text += f"; a stand-in for {rec.stand_in['requested_format']} on this device"
+    if rec.served_dense:
+        text += (f"; its weights served dequantised here (no {fmt} kernel on this device): "
+                 "its speed and memory are not measured")
     return _field(text, "measured")
 
 

@@ -28,7 +28,7 @@ __all__ = ["CHALLENGER", "CHAMPION", "PREVIOUS_CHAMPION", "AcceleratorJson", "Ba
            "FidelityJson",
            "GpuEntry", "GpusSection", "HeadroomJson", "LoadJson", "MlflowSection",
            "ModelSection", "PolicySection", "QuantizationSection", "Registry", "ReplicaShape",
-           "RolloutField", "RolloutSection", "SuitePair", "json_form"]
+           "RolloutField", "RolloutSection", "ServedDenseJson", "SuitePair", "json_form"]
 
 
 def json_form(kind: type) -> Any:
@@ -111,6 +111,18 @@ class StandInJson(TypedDict):
     evaluated: str  # the recipe built and served in its place
     evaluated_format: str
     why: str
+
+
+class ServedDenseJson(TypedDict):
+    """14: a candidate served as its weights dequantised, where this device has no kernel
+    for its format (quantize/formats.py, DenseServing): its quality figures are its own,
+    its speed and memory are not, and their gates are not judged (gate/served.py)."""
+
+    candidate: str
+    format: str  # the candidate's own format (W4A16)
+    why: str  # why this device has no kernel for it
+    checkpoint: str  # the dense checkpoint the engine served (quantize/dense.py)
+    not_judged: str  # the reason each speed and memory gate gives
 
 
 class SliceScore(TypedDict):

@@ -215,7 +215,7 @@ def _handed_over(result: dict[str, Any]) -> Callable[[Path], MeasuredPair]:
             raise kind(result["error"])
         base, cand = (Measurement.from_dict(read_json(run_dir / role / MEASUREMENT_FILE))
                       for role in ("baseline", "candidate"))
-        return MeasuredPair(QuantizeResult(**result["quantized"]), base, cand,
+        return MeasuredPair(QuantizeResult.from_dict(result["quantized"]), base, cand,
                             result["reused"])
 
     return measured

@@ -59,8 +59,8 @@ def run_params(p: Plan, run_dir: Path) -> dict[str, object]:
             "load": cfg.workload.model_dump_json(), "gates": str(cfg.resolve(cfg.gates)),
             **{f"load.{name}": w.model_dump_json() for name, w in cfg.load.further.items()},
             "run_dir": str(run_dir), **device_params(device_facts(p.device, cfg.engine)),
-            **({"stand_in": f"{p.stand_in.evaluated} for {p.stand_in.requested}"}
-               if p.stand_in else {})}
+            **({"served": f"dense ({p.dense.format} dequantised: no kernel here)"}
+               if p.dense else {})}
 
 
 def device_params(facts: DeviceFacts) -> dict[str, object]:
@@ -135,6 +135,15 @@ def _gate_metrics(rec: DecisionRecord) -> dict[str, float]:
             "gates.informational": float(len(rec.gates) - len(gates))}
 
 
+def served_tags(rec: DecisionRecord) -> dict[str, str]:
+    """A candidate served dense says so in tags: its speed and memory are not its own."""
+    dense = rec.served_dense
+    if not dense:
+        return {}
+    return {"served": "dense", "served.format": dense["format"],
+            "served.not_judged": "latency, throughput and memory: " + dense["not_judged"]}
+
+
 def log_run(tracker: Tracker, rec: DecisionRecord, sides: dict[str, Measurement],
             suites: list[tuple[str, Path, str]]) -> None:
     """Everything a finished run sends to MLflow: its name and description, metrics,
@@ -147,7 +156,7 @@ def log_run(tracker: Tracker, rec: DecisionRecord, sides: dict[str, Measurement]
     _register(tracker, rec)  # first: the description (decision.md) names the rollback target
     tracker.set_tags({"decision": rec.decision, "gates": gate_counts(rec),
                       RUN_NAME_TAG: run_name(rec), DESCRIPTION_TAG: description(rec),
-                      **stopped_tags(rec)})
+                      **stopped_tags(rec), **served_tags(rec)})
     tracker.log_suites(suites)
     for role, m in sides.items():
         with tracker.nested(role, {"role": role, "model_path": m.server.model_path}):

@@ -83,10 +83,6 @@ class Search:
 def check_tune(p: Plan, budget: Budget) -> None:
     """Tune's own checks on top of evaluate's (plan()): exit 2 before anything is written."""
     problems = sensitivity_problems(p.cfg, p.candidate_name)
-    if p.stand_in is not None:  # tune searches the candidate's own layouts
-        problems.insert(0, f"{p.cfg.source}: candidates.{p.candidate_name}: tune searches "
-                        f"{p.stand_in.requested_format} layouts, and {p.stand_in.why}; "
-                        "tune it on an AVX-512 CPU or a CUDA GPU")
     if budget.max_trials < 1:
         problems.append(f"--max-trials: {budget.max_trials} (at least 1)")
     if not budget.max_hours > 0:
