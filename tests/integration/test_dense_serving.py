@@ -2,6 +2,8 @@
 builds the int4 artifact the config asks for, serves its weights dequantised, judges its
 quality on them, and judges no speed or memory gate; the record, decision.md, the console's
 first lines and MLflow say so (quantize/dense.py, gate/served.py; docs/candidates.md).
+Where the CPU has the int4 kernel, the same artifact served by it answers as the dense
+checkpoint did, by the fidelity gates' own measures.
 """
 
 from __future__ import annotations
@@ -10,47 +12,21 @@ import json
 from pathlib import Path
 
 import pytest
-from quantised import DENSE_HERE
+from quantised import DENSE_HERE, FRAGILE_KL_GATE, fragile_config
 
 from workbench.mechanisms.host import ISA_CAP_ENV
 
 pytestmark = pytest.mark.integration
 
-CONFIG = """\
-model: {{name: fragile, path: {model}}}
-candidates:
-  int4: {{recipe: w4a16, group_size: 64}}
-calibration:
-  files: [{repo}/calibration_data/shakespeare_milton.jsonl]
-  heldout: [{repo}/calibration_data/heldout.jsonl]
-  num_samples: 8
-  seq_len: 128
-  heldout_samples: 8
-engine: {{max_model_len: 512, enforce_eager: true, kv_cache_space_gib: 1, startup_timeout_s: 600}}
-suites: [heldout-text]
-profile: smoke
-load:
-  profile: tiny
-  rounds: 1
-  profiles:
-    tiny: {{concurrency: [1], num_prompts: 4, prompt_tokens: 32, output_tokens: 8,
-           warmup_prompts: 1}}
-gates: gates.yaml
-tracking: {{experiment: dense}}
-"""
-# int4 moves the fragile model's token KL to about 0.06 on held-out text (test_tune.py):
-# a fail of its own weights; the speed and memory gates would pass on a dense model's
-# figures (a dense checkpoint of the baseline's dtype is the baseline's size and speed)
-GATES = """
-fidelity:
-  - {suite: heldout-text, max_kl_mean: 0.03}
-latency:
+# int4's KL fails on the fragile model's own weights (quantised.FRAGILE_KL_GATE); the speed
+# and memory gates would pass on a dense model's figures (a dense checkpoint of the
+# baseline's dtype is the baseline's size and speed)
+GATES = FRAGILE_KL_GATE + """latency:
   - {metric: tpot_p50_ms, max_ratio: 5.0}
 memory:
   - {metric: kv_cache_tokens, min_ratio: 0.5}
   - {metric: weights_bytes, max_ratio: 2.0}
 """
-REPO = Path(__file__).resolve().parents[2]
 
 
 def test_int4_without_its_kernel_is_judged_on_its_own_weights_served_dense(
@@ -59,7 +35,7 @@ def test_int4_without_its_kernel_is_judged_on_its_own_weights_served_dense(
     if not DENSE_HERE:  # an AVX-512 CPU: the engine's AVX2 library, as an AVX2 CPU has
         monkeypatch.setenv(ISA_CAP_ENV, "avx2")
     (tmp_path / "gates.yaml").write_text(GATES)
-    (tmp_path / "c.yaml").write_text(CONFIG.format(model=fragile_model, repo=REPO))
+    (tmp_path / "c.yaml").write_text(fragile_config(fragile_model, "smoke", "dense"))
     ran = workbench("evaluate", "--candidate", "int4", "--config", "c.yaml", "--runs-dir",
                     "runs", "--measure-all", cwd=tmp_path)
     assert ran.returncode == 1, ran.stdout[-3000:] + ran.stderr[-3000:]
@@ -101,3 +77,52 @@ def test_int4_without_its_kernel_is_judged_on_its_own_weights_served_dense(
     mlflow.set_tracking_uri(record["mlflow"]["tracking_uri"])
     run = mlflow.MlflowClient().get_run(record["mlflow"]["run_id"])
     assert run.data.tags["served"] == "dense" and run.data.tags["served.format"] == "W4A16"
+    if not DENSE_HERE:  # this CPU has the int4 kernel: the same artifact served by it
+        monkeypatch.delenv(ISA_CAP_ENV)
+        check_faithful_to_the_kernel(record, fragile_model, tmp_path, workbench)
+
+
+# The same int4 artifact served by the engine's int4 kernel and as its weights dequantised,
+# both in this CPU's compute dtype, compared token by token by the workbench's own fidelity
+# measures (the dense checkpoint as the baseline, the artifact as a ready checkpoint).
+def faithful_config(dense: Path, artifact: Path, fragile_model: Path) -> str:
+    """The dense checkpoint as the baseline, the artifact as a ready checkpoint."""
+    return fragile_config(fragile_model, "smoke", "dense-faithful").replace(
+        f"path: {fragile_model}", f"path: {dense}").replace(
+        "int4: {recipe: w4a16, group_size: 64}", f"kernel: {{checkpoint: {artifact}}}").replace(
+        "gates: gates.yaml", "gates: faithful.yaml")
+
+
+# The kernel and the dense weights differ only in the rounding of the matmul. Measured on
+# the fragile model in bf16 on a Zen 4 (docs/candidates.md, "Faithful to the int4 kernel"):
+# mean KL 1.1e-5 over 4,051 tokens, top-1 agreement 0.989 (a random model's near-ties),
+# every greedy continuation identical. The bounds leave room for another CPU's kernels.
+FAITHFUL = """
+fidelity:
+  - {suite: heldout-text, max_kl_mean: 0.001, min_top1_agreement: 0.95,
+     min_prefix_agreement: 0.9}
+"""
+
+
+def check_faithful_to_the_kernel(record: dict, fragile_model: Path, tmp_path: Path,
+                                 workbench) -> None:
+    """The artifact the dense run built, served by the int4 kernel (this CPU uncapped),
+    against the dense checkpoint it was served as: the same answers up to the matmul's
+    rounding, by the fidelity gates' own measures."""
+    dense, artifact = record["served_dense"]["checkpoint"], record["model"]["candidate_path"]
+    (tmp_path / "faithful.yaml").write_text(FAITHFUL)
+    (tmp_path / "f.yaml").write_text(faithful_config(dense, artifact, fragile_model))
+    ran = workbench("evaluate", "--candidate", "kernel", "--config", "f.yaml", "--runs-dir",
+                    "runs", "--measure-all", cwd=tmp_path)
+    assert ran.returncode in (0, 1), ran.stdout[-2000:] + ran.stderr[-2000:]
+    run_dir = next((tmp_path / "runs").glob("*-kernel"))
+    record = json.loads((run_dir / "decision.json").read_text())
+    fid = record["fidelity"]["heldout-text"]
+    figures = {k: fid.get(k, fid.get("agreement", {}).get(k))
+               for k in ("tokens", "kl_mean", "kl_p95", "top1_agreement", "identical_share",
+                         "prefix_agreement")}
+    print("kernel vs dense:", json.dumps(figures))
+    assert record["quantization"]["served_format"]["label"] == "W4A16"  # the kernel's
+    assert record["served_dense"] is None and record["device"]["serve_dtype"]
+    gates = {g["gate"]: g for g in record["gates"] if g["gate"].startswith("fidelity:")}
+    assert gates and all(g["status"] == "pass" for g in gates.values()), (figures, gates)

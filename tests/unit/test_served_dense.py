@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from workbench.cli import main
 from workbench.gate.evidence import GateId, GateOutcome
 from workbench.gate.gates import decide
-from workbench.gate.served import NOT_OWN_SECTIONS, mark_not_own
+from workbench.gate.served import NOT_OWN_SECTIONS, decided_here, mark_not_own
 from workbench.loadtest.results import LoadResult
 from workbench.measure.measurement import MEASUREMENT_FILE, Measurement
 from workbench.mechanisms.digests import model_file_digests
@@ -26,6 +26,8 @@ from workbench.record.migrate import migrate
 from workbench.record.render import render_markdown, render_summary, write_record
 from workbench.record.sections import ServedDenseJson
 from workbench.serve.engine import ServerInfo
+from workbench.sweep.report import render_sweep
+from workbench.sweep.table import SweepRecord, SweepRow, rank, row_of
 from workbench.tracking.run_log import served_tags
 
 DENSE = DenseServing("int4", "W4A16", NO_INT4_KERNEL, "/cache/dense/abc")
@@ -60,12 +62,19 @@ def test_no_speed_or_memory_gate_passes_on_a_dense_models_figures() -> None:
     assert mark_not_own(PASSING, None) == PASSING  # served as it is: judged as it is
 
 
-@pytest.mark.parametrize("status", ["pass", "fail", "inconclusive", "not_applicable"])
+@pytest.mark.parametrize("status", ["pass", "fail", "inconclusive"])
 def test_whatever_a_speed_or_memory_gate_said_it_is_not_measured(status: str) -> None:
     outcomes = [replace(o, status=status) for o in PASSING]
     marked = mark_not_own(outcomes, DENSE.not_own)
     assert all(o.status == "not_measured" for o in marked
                if o.identity.section in NOT_OWN_SECTIONS)
+
+
+def test_a_gate_that_does_not_apply_here_stays_so() -> None:
+    """A CUDA-only latency gate on a CPU applies to no candidate here, dense or not: it
+    neither blocks the decision nor claims a measurement."""
+    cuda_only = replace(PASSING[6], status="not_applicable", detail="device: cuda only")
+    assert mark_not_own([PASSING[0], cuda_only], DENSE.not_own) == [PASSING[0], cuda_only]
 
 
 POLICY = """confidence: 0.95
@@ -108,7 +117,8 @@ def test_a_dense_run_judged_again_keeps_its_memory_gate_unjudged(tmp_path: Path)
     """`workbench gate` reads the served form from the record: the same figures pass a run
     served as it is, and are not judged for one served dense."""
     dense = ServedDenseJson(candidate="int4", format="W4A16", why=NO_INT4_KERNEL,
-                            checkpoint="/cache/dense/abc", not_judged=DENSE.not_own)
+                            checkpoint="/cache/dense/abc", not_judged=DENSE.not_own,
+                            judged_here="reject")  # judged again below
     decisions = {}
     for form, section in (("as-is", None), ("dense", dense)):
         out = tmp_path / f"{form}-regated"
@@ -119,8 +129,10 @@ def test_a_dense_run_judged_again_keeps_its_memory_gate_unjudged(tmp_path: Path)
         gates = {g["gate"]: g for g in rec["gates"]}
         decisions[form] = (rec["decision"], gates["memory:weights_bytes:max_ratio"]["status"],
                            gates["quality:q"]["status"])
-        if section:
-            assert rec["served_dense"] == dense
+        if section:  # its quality, all this device can judge, would promote
+            assert rec["served_dense"] == {**dense, "judged_here": "promote"}
+            assert "On every gate this device can judge, it is **PROMOTE**" in \
+                (out / "decision.md").read_text()
             assert "not applicable on this device" in \
                 gates["memory:weights_bytes:max_ratio"]["detail"]
     assert decisions == {"as-is": ("promote", "pass", "pass"),
@@ -130,7 +142,8 @@ def test_a_dense_run_judged_again_keeps_its_memory_gate_unjudged(tmp_path: Path)
 def test_the_record_says_what_ran_in_one_sentence_each_place() -> None:
     rec = record("inconclusive")
     rec.served_dense = ServedDenseJson(candidate="int4", format="W4A16", why=NO_INT4_KERNEL,
-                                       checkpoint="/d", not_judged=DENSE.not_own)
+                                       checkpoint="/d", not_judged=DENSE.not_own,
+                                       judged_here="promote")
     for text in (render_markdown(rec), render_summary(rec)):
         assert text.count("Served dense: quality is W4A16's own, speed and memory could not "
                           "be measured here.") == 1
@@ -157,3 +170,52 @@ def test_the_artifact_handed_between_stages_keeps_its_served_form() -> None:
     assert back == q and back.served_path == "/cache/dense/abc" and back.path != back.served_path
     plain = replace(q, dense=None)
     assert QuantizeResult.from_dict(plain.to_dict()).served_path == "/cache/artifacts/k"
+
+
+def test_decided_here_leaves_out_only_what_this_device_cannot_judge() -> None:
+    marked = mark_not_own(PASSING, DENSE.not_own)
+    assert decide(marked) == "inconclusive" and decided_here(marked, True) == "promote"
+    lost = [replace(marked[0], status="fail"), *marked[1:]]
+    assert decided_here(lost, True) == "reject"
+    unsure = [replace(marked[0], status="inconclusive"), *marked[1:]]
+    assert decided_here(unsure, True) == "inconclusive"
+    assert decided_here(unsure, False) == "promote"  # the policy lets inconclusive through
+
+
+def _dense_row(decision_here: str, size: int) -> SweepRow:
+    rec = record("inconclusive")
+    rec.served_dense = ServedDenseJson(candidate="int4", format="W4A16", why=NO_INT4_KERNEL,
+                                       checkpoint="/d", not_judged=DENSE.not_own,
+                                       judged_here=decision_here)  # type: ignore[typeddict-item]
+    rec.quantization = {"served_format": {"label": "W4A16"}, "size_bytes": size,
+                        "compression_ratio": 2.5}
+    rec.headroom = {"baseline": record("promote").headroom["baseline"]}  # none of its own
+    row = row_of(rec, "weights", "worst_lower_bound", 10.0, True)
+    row.quality = -0.01  # the ranking needs one; how it is read is tested elsewhere
+    return row
+
+
+def test_a_sweep_or_tune_on_this_device_reads_a_dense_rows_quality_and_its_own_weights(
+        ) -> None:
+    """Served dense, a candidate's row keeps its decision (inconclusive: speed and memory
+    unjudged), takes its weights from its artifact, and counts as promoted on quality
+    alone where the table ranks and tune searches; the table says so."""
+    good, broken = _dense_row("promote", 100 * 2**20), _dense_row("reject", 60 * 2**20)
+    broken.candidate = "int4-broken"
+    assert good.decision == "inconclusive" and good.decision_here == "promote"
+    assert good.served_dense and good.format == "W4A16 (served dense)"
+    assert good.weights_bytes == good.efficiency == 100 * 2**20
+    assert good.compression_ratio == 2.5
+    _, chosen = rank([good, broken], "weights")
+    assert chosen.candidate == "int4" and "promoted on its quality alone" in chosen.reason
+    assert chosen.others["int4-broken"].startswith("rejected")  # though lighter
+    md = render_sweep(SweepRecord("m", "cpu", "p", "weights", "worst_lower_bound", "q", {},
+                                  [good, broken], [], chosen, "d", "t"))
+    assert "| inconclusive (promote on quality alone: served dense) |" in md
+    plain = row_of(record("promote"), "weights", "worst_lower_bound", 1.0, True)
+    assert not plain.served_dense and plain.decision_here == plain.decision == "promote"
+    # tune's search reads the same decision (its schedule passes on "promote")
+    from workbench.tune.run import Search
+
+    search = Search(rows={0: broken, 1: good})
+    assert search.decisions() == {0: "reject", 1: "promote"} and search.chosen() == 1

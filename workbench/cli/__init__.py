@@ -32,6 +32,7 @@ from workbench.cli.options import (
 )
 from workbench.cli.tune import tune
 from workbench.config.run_config import load_config
+from workbench.mechanisms.digests import folder_digest
 from workbench.mechanisms.errors import InputError
 from workbench.mechanisms.files import inside
 from workbench.mechanisms.processes import install_sigterm_as_interrupt
@@ -39,10 +40,10 @@ from workbench.pipeline.coverage import coverage_lines
 from workbench.pipeline.evaluate import run_evaluate
 from workbench.pipeline.gate import regate_stored
 from workbench.pipeline.log import log_stored_run
-from workbench.pipeline.quantize import run_quantize
+from workbench.pipeline.quantize import as_served_here, run_quantize
 from workbench.plan.plan import check_candidates, check_config, check_outputs, plan
 from workbench.record.render import print_decision, write_record
-from workbench.serve.engine import EngineServer
+from workbench.serve.engine import EngineServer, detect_device
 from workbench.suites.definition import SUITES_ROOT, load_suite
 from workbench.sweep.run import run_sweep
 from workbench.tune.budget import Budget
@@ -212,7 +213,10 @@ def serve(config_path: str, candidate: str | None, runs_dir: Path) -> int:
     name, extra = cfg.model.name, []
     if candidate is not None:
         q = run_quantize(cfg, [candidate], runs_dir, console)[0]
-        model_dir, name, extra = Path(q.path), f"{cfg.model.name}-{candidate}", q.serve_args
+        q = as_served_here(q, model_dir, folder_digest(model_dir), detect_device(), runs_dir,
+                           console)
+        model_dir, name, extra = Path(q.served_path), f"{cfg.model.name}-{candidate}", \
+            q.serve_args
     runs_dir.mkdir(parents=True, exist_ok=True)
     log = inside(runs_dir, f"serve-{name}-{time.strftime('%Y%m%d-%H%M%S')}.log")
     server = EngineServer(model_dir, name, cfg.engine, log, extra)

@@ -22,7 +22,7 @@ from workbench.gate.evidence import Evidence, GateOutcome, LoadView
 from workbench.gate.gates import decide, evaluate_gates, measured_kinds
 from workbench.gate.looks import Looks, one_look
 from workbench.gate.paired import ALL, Comparisons, SliceComparison
-from workbench.gate.served import mark_not_own
+from workbench.gate.served import decided_here, mark_not_own
 from workbench.measure.measurement import LOAD_DIR, Measurement, further_load_dir
 from workbench.suites.definition import Suite
 from workbench.suites.scorers.fidelity import compare_fidelity
@@ -84,6 +84,9 @@ class GateReport:
     decision: Literal["promote", "reject", "inconclusive"]
     policy: PolicySection
     suites: dict[str, SuiteComparison] = field(default_factory=dict)
+    # a candidate served dense: the decision on the gates this device can judge (its
+    # speed and memory left out: gate/served.py); None for one served as built
+    judged_here: Literal["promote", "reject", "inconclusive"] | None = None
 
     @property
     def comparability(self) -> ComparabilitySection:
@@ -154,7 +157,8 @@ def judge(policy: GatePolicy, policy_path: Path, base: Measurement | None,
     return GateReport(outcomes, decision,
                       policy_summary(per_look, policy_path, outcomes, measured_kinds(ev),
                                      looks),
-                      compare_suites(ev, compared))
+                      compare_suites(ev, compared),
+                      decided_here(outcomes, per_look.inconclusive_blocks) if not_own else None)
 
 
 def compare_suites(ev: Evidence, compared: Comparisons) -> dict[str, SuiteComparison]:

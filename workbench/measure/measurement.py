@@ -299,9 +299,11 @@ def measure(cfg: RunConfig, role: str, model_dir: Path, served: str, extra_args:
         client.stop()
         with span(f"{role}: engine stop", "engine_stop"):
             server.stop()
+    # a session without its load test (a candidate served dense) keeps no headroom: its
+    # weights, KV cache and peaks are the dense model's, not the candidate's own
     result = Measurement(role, server.info, suite_results, load,
-                         round(time.perf_counter() - started, 2), room.to_dict(), loads,
-                         stopped)
+                         round(time.perf_counter() - started, 2),
+                         room.to_dict() if load_test else {}, loads, stopped)
     write_json(out_dir / MEASUREMENT_FILE, result.to_dict())
     return result
 

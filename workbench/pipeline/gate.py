@@ -42,6 +42,8 @@ def regate(run_dir: Path, policy_path: Path | None = None) -> tuple[DecisionReco
                    run_dir, int(rec.seeds.get("run", 0)), _looks_under(rec, policy),
                    dense["not_judged"] if dense else None)
     rec.gates, rec.decision, rec.policy = report.gates, report.decision, report.policy
+    if rec.served_dense and report.judged_here:
+        rec.served_dense["judged_here"] = report.judged_here
     rec.comparability = report.comparability
     rec.schema_version = SCHEMA_VERSION  # written anew in the current shape
     if base is not None and cand is not None:

@@ -24,7 +24,7 @@ from workbench.quantize.dense import dense_checkpoint
 from workbench.quantize.formats import served_dense
 from workbench.serve.engine import detect_device
 
-__all__ = ["quantize_planned", "run_quantize"]
+__all__ = ["as_served_here", "quantize_planned", "run_quantize"]
 
 
 def quantize_planned(p: Plan, run_dir: Path, console: Console) -> QuantizeResult:
@@ -47,30 +47,34 @@ def quantize_planned(p: Plan, run_dir: Path, console: Console) -> QuantizeResult
         unsupported = serving_problem(p.cfg, p.candidate_name, p.device, Path(q.path))
         if unsupported:
             raise InputError(unsupported)
-    return _as_served_here(p, q, run_dir, console)
+    served = as_served_here(q, p.model_dir, p.model_digest, p.device, run_dir, console,
+                            said=p.dense is not None)
+    if served.dense is not None:
+        write_json(run_dir / "quantize.json", served.to_dict())
+    return served
 
 
-def _as_served_here(p: Plan, q: QuantizeResult, run_dir: Path, console: Console
-                    ) -> QuantizeResult:
+def as_served_here(q: QuantizeResult, model_dir: Path, model_digest: str, device: str,
+                   run_dir: Path, console: Console, said: bool = False) -> QuantizeResult:
     """The artifact as this device serves it: where the engine has no kernel for its
     format, its weights dequantised into a dense checkpoint (quantize/dense.py), which the
-    engine is given instead; its format, manifest and key stay the artifact's."""
-    found = served_dense(p.candidate_name, q.format, p.device) \
+    engine is given instead; its format, manifest and key stay the artifact's. run_dir:
+    where the dequantiser's log goes. said: the run's first lines said so already (a
+    recipe file's format is known only now)."""
+    found = served_dense(q.candidate, q.format, device) \
         if q.source in ("built", "cache") else None
     if found is None:
         return q
-    what = f"dequantising {p.candidate_name} ({found.format}) for dense serving"
+    what = f"dequantising {q.candidate} ({found.format}) for dense serving"
     with status(console, what) as shown:
-        dense = dense_checkpoint(Path(q.path), p.model_dir, p.model_digest,
+        dense = dense_checkpoint(Path(q.path), model_dir, model_digest,
                                  run_dir / "dequantize.log",
                                  lambda step: shown.update(f"{what} {escape(step)}"))
-    if p.dense is None:  # a recipe file's: not said before it was built
+    if not said:
         console.print(f"[bold yellow]served dense:[/] {escape(found.line)}")
-    console.print(f"[green]✓[/] dequantised {p.candidate_name} -> {dense} (served dense: "
-                  "its own weights, in the baseline's dtype)")
-    q = replace(q, dense=replace(found, checkpoint=str(dense)))
-    write_json(run_dir / "quantize.json", q.to_dict())
-    return q
+    console.print(f"[green]✓[/] dequantised {q.candidate} -> {dense} (served dense: its own "
+                  "weights, in the baseline's dtype)")
+    return replace(q, dense=replace(found, checkpoint=str(dense)))
 
 
 def _quantize_one(cfg: RunConfig, name: str, cand: Candidate, model_dir: Path,

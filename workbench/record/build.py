@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Literal
 
 from workbench.config.run_config import DEFAULT_PRICE_PER_HOUR, EndpointConfig
 from workbench.gate.verdict import GateReport, SuiteComparison
@@ -136,11 +137,15 @@ def _early_stop(stopped: StoppedEarly | None) -> EarlyStopJson | None:
                          load_not_measured=stopped.load_not_measured)
 
 
-def _served_dense(dense: DenseServing | None) -> ServedDenseJson | None:
+def _served_dense(dense: DenseServing | None,
+                  judged_here: Literal["promote", "reject", "inconclusive"] | None
+                  ) -> ServedDenseJson | None:
     if dense is None:
         return None
+    assert judged_here is not None  # judged with dense.not_own (pipeline/evaluate.py)
     return ServedDenseJson(candidate=dense.candidate, format=dense.format, why=dense.why,
-                           checkpoint=dense.checkpoint, not_judged=dense.not_own)
+                           checkpoint=dense.checkpoint, not_judged=dense.not_own,
+                           judged_here=judged_here)
 
 
 def _batching(server: ServerInfo) -> BatchingJson | None:
@@ -181,7 +186,7 @@ def build_record(p: Plan, pair: MeasuredPair, report: GateReport, fidelity: dict
         suites=suite_pairs(base.suites, cand.suites, report.suites),
         fidelity=fidelity,
         load={role: m.load.to_dict() for role, m in sides},
-        headroom={role: m.headroom for role, m in sides},
+        headroom={role: m.headroom for role, m in sides if m.headroom},
         cost={role: _cost(p, role, m.load) for role, m in sides},
         engine=_engine(p, base, cand),
         quantization={**q.manifest, "serve_args": q.serve_args,
@@ -201,7 +206,7 @@ def build_record(p: Plan, pair: MeasuredPair, report: GateReport, fidelity: dict
         reused={"quantized_artifact": q.cache_hit, **pair.reused},
         plots=_plots(p, pair, run_dir),
         mlflow=mlflow,
-        served_dense=_served_dense(q.dense),
+        served_dense=_served_dense(q.dense, report.judged_here),
     )
     rec.further_load = {name: {"load": {role: m.further_load[name].to_dict()
                                         for role, m in sides if name in m.further_load},

@@ -42,7 +42,8 @@ def served_dense_lines(dense: ServedDenseJson | None) -> list[str]:
             f"baseline's dtype. Quality, safety, structured output and fidelity are its own; "
             "its latency, throughput and memory gates are not measured, so this decision "
             f"cannot promote on them (judge them on a device with a {fmt} kernel; "
-            "docs/candidates.md).", ""]
+            "docs/candidates.md). On every gate this device can judge, it is "
+            f"**{dense.get('judged_here', 'not recorded').upper()}**.", ""]
 
 
 def gate_mark(g: GateOutcome) -> str:

@@ -10,7 +10,7 @@ and any consumer can check a stored record below its top level, not only its key
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import GetPydanticSchema
 from typing_extensions import NotRequired, TypedDict
@@ -102,8 +102,9 @@ class DeviceSection(TypedDict):
 
 
 class StandInJson(TypedDict):
-    """A candidate evaluated through another format, where this device has no kernel for
-    its own (quantize/formats.py, STAND_INS)."""
+    """Records 11-13: a candidate evaluated through another format (int8 W8A8 for int4 on
+    an AVX2 CPU), where the device had no kernel for its own; since 14 such a candidate
+    is served dense instead (ServedDenseJson)."""
 
     candidate: str
     requested: str  # the recipe the config names
@@ -123,6 +124,8 @@ class ServedDenseJson(TypedDict):
     why: str  # why this device has no kernel for it
     checkpoint: str  # the dense checkpoint the engine served (quantize/dense.py)
     not_judged: str  # the reason each speed and memory gate gives
+    # the decision on every gate this device can judge (speed and memory left out)
+    judged_here: Literal["promote", "reject", "inconclusive"]
 
 
 class SliceScore(TypedDict):

@@ -17,6 +17,7 @@ from workbench.sweep.table import (
     OBJECTIVE_LABEL,
     QUALITY_LABEL,
     SweepRecord,
+    decision_text,
     failing_text,
     show_objective,
 )
@@ -67,7 +68,7 @@ def render_sweep(record: SweepRecord) -> str:
         weights = (f"{r.weights_bytes / 2**20:.0f} ({_fmt(r.compression_ratio, '.2f')})"
                    if r.weights_bytes else "–")
         lines.append(
-            f"| {r.candidate} | {r.decision} | {failing_text(r)} | "
+            f"| {r.candidate} | {decision_text(r)} | {failing_text(r)} | "
             f"{r.format} | {weights} | {_fmt(r.kl_mean, '.4f')} / "
             f"{_fmt(r.top1_agreement, '.3f')} | {deltas} | {_fmt(r.throughput_ratio, '.2f')} | "
             f"{r.slo_level or 'none'} | {_fmt(r.kv_capacity_ratio, '.2f')} | "

@@ -238,8 +238,9 @@ def evaluate_row(p: Plan, run_dir: Path, console: Console, remeasure: bool,
 
 def baseline_figures(rows: list[SweepRow], objective: Objective) -> dict[str, float | None]:
 
-    # a candidate stopped early ran no load test beside its cached baseline
-    decided = next((r for r in rows if r.status == "decided" and not r.stopped_by), None)
+    # a candidate stopped early or served dense ran no load test beside its cached baseline
+    decided = next((r for r in rows if r.status == "decided" and not r.stopped_by
+                    and not r.served_dense), None)
     if decided is None:
         return {}
     rec = load_record(Path(decided.run_dir))

@@ -17,17 +17,24 @@ from workbench.mechanisms.errors import (
 from workbench.record.decision import DecisionRecord, counted
 from workbench.record.sections import MlflowSection
 
-__all__ = ["GATED_SECTIONS", "HIGHER_IS_BETTER", "OBJECTIVE_LABEL", "QUALITY_LABEL",
-           "SWEEP_SCHEMA_VERSION", "Delta", "RayTask", "Recommendation", "SweepRecord", "SweepRow",
-           "failing_text", "objective_value", "rank", "row_of", "show_objective"]
+__all__ = ["DENSE_CAVEAT", "GATED_SECTIONS", "HIGHER_IS_BETTER", "OBJECTIVE_LABEL",
+           "QUALITY_LABEL", "SWEEP_SCHEMA_VERSION", "Delta", "RayTask", "Recommendation",
+           "SweepRecord", "SweepRow", "decision_text", "failing_text", "objective_value",
+           "rank", "row_of", "show_objective"]
 
-SWEEP_SCHEMA_VERSION = 6  # 6: a candidate stopped early (stopped_by, not_measured)
+# 7: a candidate served dense (served_dense, judged_here: its decision on what this device
+# can judge; its weights from its artifact); 6: a candidate stopped early (stopped_by,
+# not_measured)
+SWEEP_SCHEMA_VERSION = 7
 # 5: a registry entry names the champion before it; 4: how many looks each candidate's
 # decision took; 3: the gates the baseline itself misses; 2: rows say which Ray task
 # measured them
 
 
 HIGHER_IS_BETTER = {"throughput", "kv_capacity"}
+DENSE_CAVEAT = ("; served dense here (no kernel for its format on this device): promoted on "
+                "its quality alone, its speed and memory still to be judged where the format "
+                "has a kernel")
 
 
 OBJECTIVE_LABEL = {"cost": "$ per million output tokens at the SLO",
@@ -83,6 +90,17 @@ class SweepRow:
     on_front: bool = False
     dominated_by: list[str] = field(default_factory=list)
     ray_task: RayTask | None = None  # where and when a fanned-out sweep measured it
+    # 7: its weights served dequantised, this device having no kernel for its format: its
+    # decision on the gates this device can judge (speed and memory left out), which is
+    # what tune searches on; None for a candidate served as built
+    served_dense: bool = False
+    judged_here: Literal["promote", "reject", "inconclusive"] | None = None
+
+    @property
+    def decision_here(self) -> str | None:
+        """The decision on what this device can judge: the decision itself, or for a
+        candidate served dense its decision with speed and memory left out."""
+        return self.judged_here if self.served_dense else self.decision
 
 
 @dataclass
@@ -163,8 +181,14 @@ def objective_value(rec: DecisionRecord, objective: Objective, role: str = "cand
         level = _level(rec.load.get(role, {}), cost["level"])  # type: ignore[call-overload]
         return level["output_throughput"] if level else None
     if objective == "weights":
-        return room.get("weights_bytes")
+        return room.get("weights_bytes") or _artifact_bytes(rec)
     return room.get("kv_cache_tokens")
+
+
+def _artifact_bytes(rec: DecisionRecord) -> int | None:
+    """A candidate served dense has no headroom of its own (its served weights are the
+    dense ones): its artifact's size on disk is its weights."""
+    return rec.quantization.get("size_bytes") if rec.served_dense else None
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
@@ -197,9 +221,12 @@ def row_of(rec: DecisionRecord, objective: Objective, quality: QualityMeasure,
         baseline_misses=list(rec.policy.get("baseline_misses") or []),
         looks=(rec.policy.get("looks") or {}).get("taken", 1),
         run_dir=rec.run_dir,
-        format=(rec.quantization.get("served_format") or {}).get("label", ""),
-        weights_bytes=cand_room.get("weights_bytes"),
-        compression_ratio=_ratio(base_room.get("weights_bytes"), cand_room.get("weights_bytes")),
+        format=(rec.quantization.get("served_format") or {}).get("label", "")
+        + (" (served dense)" if rec.served_dense else ""),
+        weights_bytes=cand_room.get("weights_bytes") or _artifact_bytes(rec),
+        # served dense: the artifact's own ratio (its folder against the baseline's)
+        compression_ratio=rec.quantization.get("compression_ratio") if rec.served_dense
+        else _ratio(base_room.get("weights_bytes"), cand_room.get("weights_bytes")),
         kl_mean=fid["kl_mean"] if fid else None,
         top1_agreement=fid["top1_agreement"] if fid else None,
         deltas=deltas,
@@ -212,7 +239,9 @@ def row_of(rec: DecisionRecord, objective: Objective, quality: QualityMeasure,
         build_s=rec.quantization.get("wall_time_s"),
         evaluate_s=evaluate_s, measured_now=measured_now,
         quality=_quality(quality, deltas, fid),
-        efficiency=objective_value(rec, objective))
+        efficiency=objective_value(rec, objective),
+        served_dense=rec.served_dense is not None,
+        judged_here=rec.served_dense["judged_here"] if rec.served_dense else None)
 
 
 def _not_measured(rec: DecisionRecord) -> list[str]:
@@ -220,6 +249,14 @@ def _not_measured(rec: DecisionRecord) -> list[str]:
     if stop is None:
         return []
     return [*stop["not_measured"], *(["load test"] if stop["load_not_measured"] else [])]
+
+
+def decision_text(row: SweepRow) -> str:
+    """The table's decision: a candidate served dense adds its decision on what this
+    device can judge."""
+    if not row.served_dense:
+        return row.decision or row.status
+    return f"{row.decision} ({row.judged_here} on quality alone: served dense)"
 
 
 def failing_text(row: SweepRow) -> str:
@@ -264,9 +301,9 @@ def show_objective(value: float | None, objective: Objective) -> str:
 def _why_not(row: SweepRow, best: SweepRow | None, objective: Objective) -> str:
     if row.status != "decided":
         return f"{row.status}: {row.reason}"
-    if row.decision == "reject":
+    if row.decision_here == "reject":
         return "rejected: " + ", ".join(row.failing_gates or ["no gate judged"])
-    if row.decision == "inconclusive":
+    if row.decision_here == "inconclusive":
         return "inconclusive: " + ", ".join(
             g + (f" (about {row.items_to_decide[g]} more items)" if g in row.items_to_decide
                  else "") for g in row.inconclusive_gates)
@@ -290,7 +327,9 @@ def rank(rows: list[SweepRow], objective: Objective) -> tuple[list[str], Recomme
                           if o is not r and _eligible(r) and _dominates(o, r, objective)]
         r.on_front = _eligible(r) and not r.dominated_by
     sign = -1 if objective in HIGHER_IS_BETTER else 1
-    promoted = sorted((r for r in eligible if r.decision == "promote"),
+    # a candidate served dense counts as promoted on what this device can judge (its
+    # speed and memory judged nowhere here: its row and this reason say so)
+    promoted = sorted((r for r in eligible if r.decision_here == "promote"),
                       key=lambda r: (sign * (r.efficiency or 0.0), -(r.quality or 0.0)))
     best = promoted[0] if promoted else None
     others = {r.candidate: _why_not(r, best, objective) for r in rows if r is not best}
@@ -302,7 +341,7 @@ def rank(rows: list[SweepRow], objective: Objective) -> tuple[list[str], Recomme
     reason = (f"{best.candidate}: promoted, the best {OBJECTIVE_LABEL[objective]} "
               f"({show_objective(best.efficiency, objective)}) among the promoted, quality "
               "retained "
-              f"{best.quality:+.3f}")
+              f"{best.quality:+.3f}" + (DENSE_CAVEAT if best.served_dense else ""))
     runner_up = promoted[1].candidate if len(promoted) > 1 else None
     return [r.candidate for r in rows if r.on_front], Recommendation(best.candidate, runner_up,
                                                                       reason, others)

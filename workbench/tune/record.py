@@ -27,8 +27,9 @@ __all__ = ["SCHEMA_FILE", "TUNE_PLOT", "TUNE_SCHEMA_VERSION", "Outcome", "TuneRe
            "print_tune", "render_tune", "tune_schema", "write_tune"]
 
 # 2: the registry entry names the champion before it; 3: a trial stopped early says by
-# which gates and what it did not measure (its row's stopped_by, not_measured)
-TUNE_SCHEMA_VERSION = 3
+# which gates and what it did not measure (its row's stopped_by, not_measured); 4: a trial
+# served dense says so and gives its decision on what the device can judge (judged_here)
+TUNE_SCHEMA_VERSION = 4
 SCHEMA_FILE = Path(__file__).with_name(f"tune-v{TUNE_SCHEMA_VERSION}.schema.json")
 TUNE_PLOT = "tune.png"
 

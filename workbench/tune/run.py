@@ -36,7 +36,7 @@ from workbench.record.sections import MlflowSection
 from workbench.record.store import load_record
 from workbench.suites.split import ItemSplit
 from workbench.sweep.run import evaluate_row, table_record
-from workbench.sweep.table import OBJECTIVE_LABEL, SweepRecord, SweepRow
+from workbench.sweep.table import DENSE_CAVEAT, OBJECTIVE_LABEL, SweepRecord, SweepRow
 from workbench.tracking.run_log import DESCRIPTION_TAG, RUN_NAME_TAG, tracker_for
 from workbench.tracking.tracker import Tracker
 from workbench.tune.budget import Budget, next_trial_s, second_look_growth
@@ -71,12 +71,12 @@ class Search:
     failed: bool = False
 
     def decisions(self) -> dict[int, str]:
-        return {k: r.decision or r.status for k, r in self.rows.items()}
+        return {k: r.decision_here or r.status for k, r in self.rows.items()}
 
     def chosen(self) -> int | None:
         """The smallest k promoted on the search half (the schedule's answer when settled,
         the best found so far when the budget ended it)."""
-        passed = [k for k, r in self.rows.items() if r.decision == PASS]
+        passed = [k for k, r in self.rows.items() if r.decision_here == PASS]
         return min(passed) if passed else None
 
 
@@ -247,7 +247,7 @@ def _outcome(p: Plan, sens: Sensitivity, search: Search,
         return _none_promoted(search)
     trial = search.rows[chosen].candidate
     kept = sens.ranked()[:chosen]
-    if confirmation.decision != PASS:
+    if confirmation.decision_here != PASS:
         gates, why = _in_the_way(confirmation)
         return Outcome("not_confirmed", f"`{trial}` was promoted on the search half but is "
                        f"{confirmation.decision} on the held-out half ({why}): "
@@ -259,7 +259,8 @@ def _outcome(p: Plan, sens: Sensitivity, search: Search,
                    f"{OBJECTIVE_LABEL[objective]} among the trials "
                    f"the policy promoted, confirmed on the held-out half; weights "
                    f"{(confirmation.weights_bytes or 0) / 2**20:.0f} MiB "
-                   f"({confirmation.compression_ratio or 0:.2f}x smaller than the baseline)",
+                   f"({confirmation.compression_ratio or 0:.2f}x smaller than the baseline)"
+                   + (DENSE_CAVEAT if confirmation.served_dense else ""),
                    trial, kept, str(recipe), str(entry), confirmation.run_dir)
 
 
