@@ -85,7 +85,8 @@ def _checkpoint_quant_config(recipe: str) -> dict:
 
     if recipe in ("w4a16", "w8a16"):   # the worker's config_groups for these recipes
         scheme = QuantizationScheme(targets=["Linear"],
-                                    weights=_int_weights(4 if recipe == "w4a16" else 8, 128))
+                                    weights=_int_weights(4 if recipe == "w4a16" else 8,
+                                                         {"group_size": 128}))
     else:                              # the worker names llm-compressor's presets
         scheme = preset_name_to_scheme({"w8a8-int8": "W8A8", "fp8-dynamic": "FP8_DYNAMIC"
                                         }[recipe], ["Linear"])

@@ -19,6 +19,8 @@ from types import ModuleType
 
 import pytest
 
+from workbench.config.candidate import WEIGHT_VALUES
+
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "gpu_check.sh"
 sys.path.insert(0, str(REPO / "scripts"))
@@ -211,6 +213,11 @@ def test_the_worker_job_has_what_the_worker_reads(tmp_path: Path) -> None:
     """Every job key the quantize worker reads is in the job the check writes."""
     worker = (REPO / "workbench" / "subprocesses" / "quantize_worker.py").read_text()
     read = set(re.findall(r"job(?:\[|\.get\()\"(\w+)\"", worker))
+    # the weight-only recipes' values reach the job only where they differ from the preset
+    # (config/candidate.py, WEIGHT_VALUES): the worker reads each with its default
+    optional = set(WEIGHT_VALUES)
+    assert optional <= read and all(f'job.get("{k}"' in worker for k in optional)
+    read -= optional
     per_recipe = {"group_size", "smoothing_strength"}
     assert per_recipe < read and "model_dir" in read
     for recipe, group, extra in (("w4a16", 128, {"group_size"}),

@@ -13,6 +13,13 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
+from workbench.config.candidate import (  # re-exported: the run config names them
+    DEFAULT_GROUP_SIZE,
+    GROUPED_RECIPES,
+    KV_CACHE_DTYPES,
+    RECIPES,
+    Candidate,
+)
 from workbench.config.endpoints import EndpointConfig, EndpointsConfig  # re-exported
 from workbench.config.load import (  # re-exported: the run config names them
     BUILTIN_PROFILES,
@@ -60,13 +67,6 @@ __all__ = [
     "read_yaml",
 ]
 
-# Built-in quantisation recipes (subprocesses/quantize_worker.py builds them). "none" serves
-# the baseline's own weights with the candidate's engine arguments (an FP8 KV cache chosen at
-# serve time, or an A/A check).
-RECIPES = ("w4a16", "w8a16", "w8a8-int8", "fp8-dynamic", "kv-fp8", "fp8-dynamic+kv-fp8", "none")
-GROUPED_RECIPES = ("w4a16", "w8a16")
-KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2")
-DEFAULT_GROUP_SIZE = 128
 
 
 class ModelConfig(StrictModel):
@@ -108,62 +108,6 @@ _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]{0,95}/[\w.-]{1,96}$")
 def is_repo_id(text: str) -> bool:
     """org/name as the hub spells repo ids: one slash, no path syntax (., .., ~, /abs)."""
     return bool(_REPO_ID.match(text)) and ".." not in text and not text.endswith((".", "-"))
-
-
-class Candidate(StrictModel):
-    """A named candidate: a built-in recipe, an llm-compressor recipe file, or a ready
-    checkpoint folder; plus how the engine serves it."""
-
-    recipe: Literal["w4a16", "w8a16", "w8a8-int8", "fp8-dynamic", "kv-fp8",
-                    "fp8-dynamic+kv-fp8", "none"] | None = None
-    recipe_file: str | None = Field(
-        default=None, description="An llm-compressor recipe YAML, passed through unchanged")
-    checkpoint: str | None = Field(default=None, description="A ready quantised model folder")
-    group_size: int | None = Field(
-        default=None, gt=0, description=f"Weight group size (w4a16, w8a16; default "
-                                        f"{DEFAULT_GROUP_SIZE})")
-    smoothing_strength: float | None = Field(default=None, gt=0, lt=1, description=(
-        "SmoothQuant migration strength (w8a8-int8; default 0.8)"))
-    ignore: list[str] = Field(default_factory=lambda: ["lm_head"])
-    kv_cache_dtype: Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2"] = Field(
-        default="auto", description="The engine's --kv-cache-dtype for this candidate")
-    engine_args: list[str] = Field(default_factory=list, description="Extra vLLM arguments")
-
-    @field_validator("group_size")
-    @classmethod
-    def _power_of_two(cls, v: int | None) -> int | None:
-        if v is not None and v & (v - 1):
-            raise ValueError(f"must be a power of two (32, 64, 128, ...), got {v}")
-        return v
-
-    def model_post_init(self, _ctx: Any) -> None:
-        sources = [self.recipe, self.recipe_file, self.checkpoint]
-        if sum(s is not None for s in sources) != 1:
-            raise ValueError("give exactly one of 'recipe', 'recipe_file' or 'checkpoint'")
-        if self.group_size is not None and self.recipe not in GROUPED_RECIPES:
-            raise ValueError(f"'group_size' applies only to recipes {', '.join(GROUPED_RECIPES)}")
-        if self.smoothing_strength is not None and self.recipe != "w8a8-int8":
-            raise ValueError("'smoothing_strength' applies only to recipe w8a8-int8")
-
-    @property
-    def resolved_group_size(self) -> int | None:
-        if self.recipe not in GROUPED_RECIPES:
-            return None
-        return self.group_size or DEFAULT_GROUP_SIZE
-
-    def recipe_params(self) -> dict[str, Any]:
-        """What the quantiser is asked to do: the recipe with every default filled in."""
-        params: dict[str, Any] = {"recipe": self.recipe, "ignore": list(self.ignore)}
-        if self.resolved_group_size is not None:
-            params["group_size"] = self.resolved_group_size
-        if self.recipe == "w8a8-int8":
-            params["smoothing_strength"] = self.smoothing_strength or 0.8
-        return params
-
-    def serve_args(self) -> list[str]:
-        """Engine arguments for serving this candidate."""
-        kv = [] if self.kv_cache_dtype == "auto" else ["--kv-cache-dtype", self.kv_cache_dtype]
-        return kv + list(self.engine_args)
 
 
 class CalibrationConfig(StrictModel):

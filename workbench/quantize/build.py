@@ -95,7 +95,9 @@ class QuantizeResult:
 
 
 def needs_calibration(cand: Candidate) -> bool:
-    return cand.checkpoint is None and cand.recipe not in DATA_FREE_RECIPES
+    """Round-to-nearest reads only the weights; every other built recipe calibrates."""
+    return cand.checkpoint is None and cand.recipe not in DATA_FREE_RECIPES \
+        and cand.resolved_method != "rtn"
 
 
 def quant_library_versions() -> dict[str, str]:

@@ -45,7 +45,8 @@ class ServedFormat:
 
     @property
     def label(self) -> str:
-        weight_bits = {"bf16": "16", "fp8": "8"}.get(self.weights, self.weights.lstrip("int"))
+        weight_bits = "+".join({"bf16": "16", "fp8": "8"}.get(part, part.lstrip("int"))
+                               for part in self.weights.split("+"))
         act_bits = "16" if self.activations == "16-bit" else "8"
         text = f"W{weight_bits}A{act_bits}"
         if self.weights == "fp8":
@@ -90,7 +91,10 @@ def format_of_candidate(cand: Candidate) -> ServedFormat | None:
     (a recipe file, a ready checkpoint)."""
     if cand.recipe is None:
         return None
-    return _engine_overrides(_RECIPE_FORMATS[cand.recipe], cand.serve_args())
+    fmt = _RECIPE_FORMATS[cand.recipe]
+    if any(o.bits == 8 for o in cand.overrides):  # int4 with some modules at 8 bits
+        fmt = ServedFormat(fmt.method, f"{fmt.weights}+int8", fmt.activations, fmt.kv_cache)
+    return _engine_overrides(fmt, cand.serve_args())
 
 
 def _args_format(args: dict[str, Any] | None, default: str) -> tuple[str, bool]:
@@ -109,9 +113,10 @@ def _compressed_tensors_format(qc: dict[str, Any]) -> ServedFormat:
         kind, dynamic = _args_format(g.get("input_activations"), "16-bit")
         acts.append(kind if kind == "16-bit" else f"{kind}-{'dynamic' if dynamic else 'static'}")
     kv = "fp8 (calibrated scales)" if qc.get("kv_cache_scheme") else "auto"
-    # Mixed schemes (rare): report the widest weights, the first activation scheme.
-    return ServedFormat("compressed-tensors", sorted(set(weights))[-1], (acts or ["16-bit"])[0],
-                        kv)
+    # Mixed weights (int4 with 8-bit modules): every width, joined (int4+int8); the first
+    # activation scheme.
+    return ServedFormat("compressed-tensors", "+".join(sorted(set(weights))),
+                        (acts or ["16-bit"])[0], kv)
 
 
 def format_of_checkpoint(path: Path, engine_args: list[str]) -> ServedFormat:

@@ -190,6 +190,8 @@ def build_record(p: Plan, pair: MeasuredPair, report: GateReport, fidelity: dict
         cost={role: _cost(p, role, m.load) for role, m in sides},
         engine=_engine(p, base, cand),
         quantization={**q.manifest, "serve_args": q.serve_args,
+                      **({"recipe_values": values}  # type: ignore[typeddict-item]
+                         if (values := p.candidate.weight_values()) else {}),
                       **({"served_format": q.format.to_dict(),
                           "runs_as": runs_as(q.format, p.device, gpu_capability(p.device))}
                          if q.path else {})},

@@ -233,6 +233,22 @@ class AcceleratorJson(TypedDict):
     cuda: str | None  # torch's CUDA version
 
 
+class OverrideJson(TypedDict):
+    targets: list[str]  # module names or re: patterns
+    bits: int  # 8, or 16: left unquantised
+
+
+class RecipeValuesJson(TypedDict):
+    """An integer weight-only recipe as values (config/candidate.py)."""
+
+    method: str  # gptq | awq | rtn
+    bits: int
+    symmetric: bool
+    group_size: int
+    actorder: str | None  # gptq's activation order; None for awq and rtn
+    overrides: list[OverrideJson]
+
+
 class QuantizationSection(TypedDict, total=False):
     """The artifact's manifest (subprocesses/quantize_worker.py writes it) and how it is served."""
 
@@ -259,6 +275,8 @@ class QuantizationSection(TypedDict, total=False):
     baseline_size_bytes: int
     compression_ratio: float
     created_at: str
+    # 14: an integer weight-only recipe's every value, defaults filled in
+    recipe_values: RecipeValuesJson
     served_format: ServedFormatJson
     # what the engine really runs where that is not the format's label (an FP8 W8A8
     # checkpoint on an A100 runs weight-only through Marlin: quantize/gpu_rules.py)

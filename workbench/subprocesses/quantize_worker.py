@@ -29,9 +29,36 @@ KV_FP8 = {"num_bits": 8, "type": "float", "strategy": "tensor", "dynamic": False
           "symmetric": True}
 
 
-def _int_weights(bits: int, group_size: int) -> dict:
-    return {"num_bits": bits, "type": "int", "symmetric": True, "strategy": "group",
-            "group_size": group_size}
+def _int_weights(bits: int, job: dict) -> dict:
+    weights = {"num_bits": bits, "type": "int", "symmetric": job.get("symmetric", True),
+               "strategy": "group", "group_size": job["group_size"]}
+    return {**weights, **({"actorder": job["actorder"]} if job.get("actorder") else {})}
+
+
+def weight_only_groups(job: dict) -> tuple[dict, list[str]]:
+    """An integer weight-only recipe's config groups and ignore list: every Linear at the
+    recipe's bits, the modules an override names at 8 bits (an exact name or a pattern is
+    matched before the class name, compressed-tensors' rule), or left in 16-bit."""
+    bits = 4 if job["recipe"] == "w4a16" else 8
+    groups = {"group_0": {"targets": ["Linear"], "weights": _int_weights(bits, job)}}
+    eight = [t for o in job.get("overrides", []) if o["bits"] == 8 for t in o["targets"]]
+    if eight:
+        groups["group_1"] = {"targets": eight, "weights": _int_weights(8, job)}
+    kept = [t for o in job.get("overrides", []) if o["bits"] == 16 for t in o["targets"]]
+    return groups, [*job["ignore"], *kept]
+
+
+def weight_only_recipe(job: dict) -> Any:
+    """GPTQ (the presets), AWQ's scales then round-to-nearest, or round-to-nearest alone."""
+    from llmcompressor.modifiers.quantization import GPTQModifier, QuantizationModifier
+    from llmcompressor.modifiers.transform import AWQModifier
+
+    groups, ignore = weight_only_groups(job)
+    method = job.get("method", "gptq")
+    if method == "gptq":
+        return GPTQModifier(targets="Linear", ignore=ignore, config_groups=groups)
+    rtn = QuantizationModifier(targets="Linear", ignore=ignore, config_groups=groups)
+    return [AWQModifier(), rtn] if method == "awq" else rtn
 
 
 def build_recipe(job: dict) -> Any:
@@ -43,9 +70,7 @@ def build_recipe(job: dict) -> Any:
 
     recipe, ignore = job["recipe"], job["ignore"]
     if recipe in ("w4a16", "w8a16"):
-        weights = _int_weights(4 if recipe == "w4a16" else 8, job["group_size"])
-        return GPTQModifier(targets="Linear", ignore=ignore,
-                            config_groups={"group_0": {"targets": ["Linear"], "weights": weights}})
+        return weight_only_recipe(job)
     if recipe == "w8a8-int8":
         return [SmoothQuantModifier(smoothing_strength=job["smoothing_strength"]),
                 GPTQModifier(targets="Linear", scheme="W8A8", ignore=ignore)]
