@@ -169,3 +169,34 @@ def test_group_activation_order_is_refused_by_vllm_as_by_the_config() -> None:
     job = {"recipe": "w4a16", "group_size": 64, "ignore": [], "actorder": "group"}
     with pytest.raises(ValueError, match="no longer supported"):
         compressed_tensors.CompressedTensorsConfig.from_config(_written_config(job))
+
+
+def test_a_sweep_row_and_its_plot_label_name_the_recipe_by_its_values(tmp_path: Path) -> None:
+    """Recipe variants sweep as presets do; the table and the Pareto plot label each by
+    its values (issue 47, step 5)."""
+    from builders import record
+
+    from workbench.sweep.report import plot_pareto, render_sweep
+    from workbench.sweep.table import SweepRecord, rank, row_of
+
+    rows = []
+    for name, values in (("int4", {}), ("int4-awq", {"method": "awq", "group_size": 32,
+                                                     "overrides": [{"targets": ["re:.*down_proj"],
+                                                                    "bits": 16}]})):
+        rec = record("promote")
+        rec.candidate = name
+        rec.quantization = {"served_format": {"label": "W4A16"},
+                            "recipe_values": Candidate(recipe="w4a16", **values)
+                            .weight_values()}  # type: ignore[typeddict-item]
+        row = row_of(rec, "weights", "worst_lower_bound", 1.0, True)
+        row.quality, row.efficiency = -0.01, 1e6 * (len(rows) + 1)
+        rows.append(row)
+    assert rows[0].recipe == "gptq sym g128"
+    assert rows[1].recipe == "awq asym g32, 16-bit: re:.*down_proj"
+    assert row_of(record("promote"), "weights", "worst_lower_bound", 1.0, True).recipe == ""
+    _, chosen = rank(rows, "weights")
+    sweep = SweepRecord("m", "cpu", "p", "weights", "worst_lower_bound", "q", {}, rows, [],
+                        chosen, "d", "t")
+    assert "| W4A16 (awq asym g32, 16-bit: re:.*down_proj) |" in render_sweep(sweep)
+    plot = plot_pareto(sweep, tmp_path / "p.png")
+    assert plot is not None and plot.read_bytes()[:4] == b"\x89PNG"

@@ -69,7 +69,8 @@ def render_sweep(record: SweepRecord) -> str:
                    if r.weights_bytes else "–")
         lines.append(
             f"| {r.candidate} | {decision_text(r)} | {failing_text(r)} | "
-            f"{r.format} | {weights} | {_fmt(r.kl_mean, '.4f')} / "
+            f"{r.format}{f' ({r.recipe})' if r.recipe else ''} | {weights} | "
+            f"{_fmt(r.kl_mean, '.4f')} / "
             f"{_fmt(r.top1_agreement, '.3f')} | {deltas} | {_fmt(r.throughput_ratio, '.2f')} | "
             f"{r.slo_level or 'none'} | {_fmt(r.kv_capacity_ratio, '.2f')} | "
             f"{_fmt(r.usd_per_million_at_slo, '.2f')} | {_fmt(r.build_s, '.0f')} | "
@@ -161,7 +162,8 @@ def plot_pareto(record: SweepRecord, out: Path, what: str = "candidates") -> Pat
     for r in judged:
         marker, colour = DECISION_STYLE[r.decision or "reject"]
         ax.scatter(*points[r.candidate], marker=marker, color=colour, s=60, zorder=3)
-        ax.annotate(r.candidate, points[r.candidate], textcoords="offset points",
+        ax.annotate(f"{r.candidate} ({r.recipe})" if r.recipe else r.candidate,
+                    points[r.candidate], textcoords="offset points",
                     xytext=(6, 4), fontsize=8)
     front = sorted(points[r.candidate] for r in judged if r.on_front)
     if len(front) > 1:

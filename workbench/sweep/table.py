@@ -20,11 +20,11 @@ from workbench.record.sections import MlflowSection
 __all__ = ["DENSE_CAVEAT", "GATED_SECTIONS", "HIGHER_IS_BETTER", "OBJECTIVE_LABEL",
            "QUALITY_LABEL", "SWEEP_SCHEMA_VERSION", "Delta", "RayTask", "Recommendation",
            "SweepRecord", "SweepRow", "decision_text", "failing_text", "objective_value",
-           "rank", "row_of", "show_objective"]
+           "rank", "recipe_words", "row_of", "show_objective"]
 
 # 7: a candidate served dense (served_dense, judged_here: its decision on what this device
-# can judge; its weights from its artifact); 6: a candidate stopped early (stopped_by,
-# not_measured)
+# can judge; its weights from its artifact), a recipe's values in words (recipe);
+# 6: a candidate stopped early (stopped_by, not_measured)
 SWEEP_SCHEMA_VERSION = 7
 # 5: a registry entry names the champion before it; 4: how many looks each candidate's
 # decision took; 3: the gates the baseline itself misses; 2: rows say which Ray task
@@ -95,6 +95,9 @@ class SweepRow:
     # what tune searches on; None for a candidate served as built
     served_dense: bool = False
     judged_here: Literal["promote", "reject", "inconclusive"] | None = None
+    # an integer weight-only recipe's values in a few words (gptq sym g64): the table's and
+    # the plot's label; "" for other candidates
+    recipe: str = ""
 
     @property
     def decision_here(self) -> str | None:
@@ -185,6 +188,19 @@ def objective_value(rec: DecisionRecord, objective: Objective, role: str = "cand
     return room.get("kv_cache_tokens")
 
 
+def recipe_words(rec: DecisionRecord) -> str:
+    """An integer weight-only recipe's values in a few words: `awq asym g32, 16-bit:
+    re:.*down_proj` ("" for other candidates and for records before recipe values)."""
+    v = rec.quantization.get("recipe_values")
+    if not v:
+        return ""
+    words = f"{v['method']} {'sym' if v['symmetric'] else 'asym'} g{v['group_size']}"
+    if v.get("actorder") not in (None, "static"):
+        words += f" actorder {v['actorder']}"
+    return words + "".join(f", {o['bits']}-bit: {' '.join(o['targets'])}"
+                           for o in v.get("overrides", []))
+
+
 def _artifact_bytes(rec: DecisionRecord) -> int | None:
     """A candidate served dense has no headroom of its own (its served weights are the
     dense ones): its artifact's size on disk is its weights."""
@@ -240,7 +256,7 @@ def row_of(rec: DecisionRecord, objective: Objective, quality: QualityMeasure,
         evaluate_s=evaluate_s, measured_now=measured_now,
         quality=_quality(quality, deltas, fid),
         efficiency=objective_value(rec, objective),
-        served_dense=rec.served_dense is not None,
+        served_dense=rec.served_dense is not None, recipe=recipe_words(rec),
         judged_here=rec.served_dense["judged_here"] if rec.served_dense else None)
 
 
