@@ -1,0 +1,76 @@
+"""The space of int4 recipes a tune searches (tune/space.py, issue 47 step 2's mechanism):
+every combination of the declared values a candidate, the cheapest by estimated weight
+bytes first, the points the model's widths or the device cannot take left out with why."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import SMOLLM2_SHAPES
+
+from workbench.config.run_config import Candidate
+from workbench.quantize import formats
+from workbench.quantize.build import artifact_key
+from workbench.tune.space import TuneSpace, points, weight_bytes
+
+PRESET = Candidate(recipe="w4a16", group_size=64)
+
+
+@pytest.fixture()
+def smollm2(tmp_path: Path) -> Path:
+    (tmp_path / "config.json").write_text(json.dumps(SMOLLM2_SHAPES))
+    return tmp_path
+
+
+def test_the_estimate_counts_bits_scales_and_zero_points() -> None:
+    """SmolLM2-135M: 30 blocks of 576 -> 1536 MLPs and 9 + 3 + 3 heads of 64; a tied
+    embedding of 49152 x 576. Per linear weight: 4 bits, a 16-bit scale per group, a 4-bit
+    zero point per group where asymmetric."""
+    linear = 30 * (576 * 576 * 2 + 576 * 192 * 2 + 576 * 1536 * 3)
+    embedding = 49152 * 576
+    assert weight_bytes(PRESET, SMOLLM2_SHAPES) == (embedding * 16 + int(
+        linear * (4 + 16 / 64))) // 8
+    asym = Candidate(recipe="w4a16", group_size=64, symmetric=False)
+    assert weight_bytes(asym, SMOLLM2_SHAPES) - weight_bytes(PRESET, SMOLLM2_SHAPES) == \
+        pytest.approx(linear * 4 / 64 / 8, abs=2)
+    kept = Candidate(recipe="w4a16", group_size=64,
+                     overrides=[{"targets": ["re:.*down_proj"], "bits": 16}])
+    assert weight_bytes(kept, SMOLLM2_SHAPES) - weight_bytes(PRESET, SMOLLM2_SHAPES) == \
+        pytest.approx(30 * 576 * 1536 * (16 - 4 - 16 / 64) / 8, abs=2)
+
+
+def test_points_come_cheapest_first_and_the_preset_is_one_of_them(smollm2: Path) -> None:
+    space = TuneSpace(methods=["gptq", "awq"], symmetric=[True, False], group_sizes=[64, 32])
+    found, left = points("int4", PRESET, space, smollm2, "cpu")
+    assert left == [] and len(found) == 8
+    sizes = [p.weight_bytes for p in found]
+    assert sizes == sorted(sizes)
+    assert [p.label for p in found[:2]] == ["gptq sym g64", "awq sym g64"]  # the prior
+    assert found[-1].label == "awq asym g32"
+    assert len({p.name for p in found}) == 8
+    preset = next(p for p in found if p.name == "int4-gptq-sym-g64")
+    same = artifact_key("m", preset.candidate.recipe_params(), "s", {})
+    assert same == artifact_key("m", PRESET.recipe_params(), "s", {})  # found in the cache
+
+
+def test_a_point_the_widths_or_the_engine_cannot_take_is_left_out_with_why(
+        smollm2: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    space = TuneSpace(methods=["gptq"], symmetric=[True], group_sizes=[128, 64],
+                      overrides=[[], [{"targets": ["re:.*down_proj"], "bits": 8}]])
+    monkeypatch.setattr(formats, "cpu_vector_isa", lambda: "avx512")
+    found, left = points("int4", PRESET, space, smollm2, "cpu")
+    assert [p.name for p in found] == ["int4-gptq-sym-g64"]
+    why = dict(left)
+    assert "does not divide" in why["int4-gptq-sym-g128"] and "576" in why["int4-gptq-sym-g128"]
+    assert "4-bit weights only" in why["int4-gptq-sym-g64-o1"]  # W4+8A16 on a CPU
+    on_gpu, _ = points("int4", PRESET, space, smollm2, "cuda")
+    assert [p.name for p in on_gpu] == ["int4-gptq-sym-g64", "int4-gptq-sym-g64-o1"]
+
+
+def test_without_an_int4_kernel_the_points_are_kept_to_be_served_dense(
+        smollm2: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(formats, "cpu_vector_isa", lambda: "avx2")
+    found, left = points("int4", PRESET, TuneSpace(group_sizes=[64]), smollm2, "cpu")
+    assert len(found) == 4 and left == []
