@@ -62,6 +62,15 @@ def test_the_presets_are_the_spaces_defaults_and_keep_their_keys() -> None:
      "changes nothing"),
     ({"recipe": "w4a16", "overrides": [{"targets": ["re:"], "bits": 16}]}, "not blank"),
     ({"recipe": "w4a16", "overrides": [{"targets": ["x"], "bits": 2}]}, "8 or 16"),
+    ({"recipe": "w4a16", "overrides": [{"targets": ["Linear"], "bits": 8}]},
+     "looks like a class name"),
+    ({"recipe": "w4a16", "overrides": [{"targets": ["re:(unclosed"], "bits": 16}]},
+     "not a regular expression"),
+    # vLLM fuses q/k/v and gate/up: one of them alone cannot change its bits
+    ({"recipe": "w4a16", "overrides": [{"targets": ["re:.*q_proj"], "bits": 16}]},
+     "one fused layer"),
+    ({"recipe": "w4a16", "overrides": [{"targets": ["model.layers.3.mlp.up_proj"],
+                                        "bits": 8}]}, "model.layers.3.mlp.gate_proj and"),
 ])
 def test_a_bad_value_is_refused_naming_it(values: dict, says: str) -> None:
     with pytest.raises(ValidationError) as err:
@@ -82,6 +91,18 @@ def test_validate_and_evaluate_refuse_a_bad_value_in_one_line(tmp_path: Path) ->
         assert "c.yaml: candidates.int4: actorder 'group'" in result.output
         assert "vLLM 0.32" in result.output and len(result.output.strip().splitlines()) == 1
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_fused_layer_overridden_whole_is_accepted() -> None:
+    whole = Candidate(recipe="w4a16", overrides=[
+        {"targets": ["re:.*self_attn\\.(q|k|v)_proj", "re:.*mlp\\.(gate|up)_proj"],
+         "bits": 8}])
+    assert whole.module_bits("model.layers.7.self_attn.k_proj") == 8
+    assert whole.module_bits("model.layers.7.mlp.down_proj") == 4
+    kept = Candidate(recipe="w4a16", ignore=["lm_head", "re:.*\\.layers\\.2\\."],
+                     overrides=[{"targets": ["re:.*down_proj"], "bits": 8}])
+    assert kept.module_bits("model.layers.2.mlp.down_proj") == 16  # ignore outranks 8
+    assert kept.module_bits("model.layers.12.mlp.down_proj") == 8
 
 
 def test_the_worker_groups_modules_as_the_values_say() -> None:

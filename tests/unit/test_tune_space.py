@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import SMOLLM2_SHAPES
+from conftest import SMOLLM2_SHAPES as SHAPES
 
 from workbench.config.run_config import Candidate
 from workbench.quantize import formats
@@ -16,6 +16,7 @@ from workbench.quantize.build import artifact_key
 from workbench.tune.space import TuneSpace, points, weight_bytes
 
 PRESET = Candidate(recipe="w4a16", group_size=64)
+SMOLLM2_SHAPES = {**SHAPES, "tie_word_embeddings": True}  # as its config.json says
 
 
 @pytest.fixture()
@@ -37,8 +38,20 @@ def test_the_estimate_counts_bits_scales_and_zero_points() -> None:
         pytest.approx(linear * 4 / 64 / 8, abs=2)
     kept = Candidate(recipe="w4a16", group_size=64,
                      overrides=[{"targets": ["re:.*down_proj"], "bits": 16}])
+    down_proj_16 = 576 * 1536 * (16 - 4 - 16 / 64) / 8
     assert weight_bytes(kept, SMOLLM2_SHAPES) - weight_bytes(PRESET, SMOLLM2_SHAPES) == \
-        pytest.approx(30 * 576 * 1536 * (16 - 4 - 16 / 64) / 8, abs=2)
+        pytest.approx(30 * down_proj_16, abs=40)
+    # one block kept in 16-bit (tune's keep-k entry), and an 8-bit override it outranks
+    block = Candidate(recipe="w4a16", group_size=64, ignore=["lm_head", r"re:.*\.layers\.2\."],
+                      overrides=[{"targets": ["re:.*down_proj"], "bits": 8}])
+    eight = Candidate(recipe="w4a16", group_size=64,
+                      overrides=[{"targets": ["re:.*down_proj"], "bits": 8}])
+    one_block = 16 * (576 * 576 * 2 + 576 * 192 * 2 + 576 * 1536 * 3) / 8
+    assert weight_bytes(block, SMOLLM2_SHAPES) - weight_bytes(eight, SMOLLM2_SHAPES) == \
+        pytest.approx(one_block - (weight_bytes(eight, SMOLLM2_SHAPES) - embedding * 2) / 30,
+                      abs=40)
+    untied = {**SMOLLM2_SHAPES, "tie_word_embeddings": False}
+    assert weight_bytes(PRESET, untied) - weight_bytes(PRESET, SMOLLM2_SHAPES) == embedding * 2
 
 
 def test_points_come_cheapest_first_and_the_preset_is_one_of_them(smollm2: Path) -> None:

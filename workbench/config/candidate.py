@@ -6,6 +6,7 @@ overrides), their presets its defaults (docs/candidates.md, "Recipes as values")
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
 from pydantic import Field, field_validator
@@ -13,7 +14,7 @@ from pydantic import Field, field_validator
 from workbench.mechanisms.yaml_io import StrictModel
 
 __all__ = ["DEFAULT_GROUP_SIZE", "GROUPED_RECIPES", "KV_CACHE_DTYPES", "RECIPES",
-           "WEIGHT_VALUES", "Candidate", "ModuleOverride"]
+           "WEIGHT_VALUES", "Candidate", "ModuleOverride", "matches"]
 
 # Built-in quantisation recipes (subprocesses/quantize_worker.py builds them). "none" serves
 # the baseline's own weights with the candidate's engine arguments (an FP8 KV cache chosen at
@@ -36,10 +37,33 @@ class ModuleOverride(StrictModel):
 
     @field_validator("targets")
     @classmethod
-    def _not_blank(cls, v: list[str]) -> list[str]:
+    def _names_or_patterns(cls, v: list[str]) -> list[str]:
         if any(not t.strip() or t.strip() == "re:" for t in v):
             raise ValueError("a target is a module name or a re: pattern, not blank")
+        for t in v:
+            if not t.startswith("re:") and t[:1].isupper():  # Linear, LlamaMLP, ...
+                raise ValueError(f"{t!r} looks like a class name, which would take over "
+                                 "every layer of that class; name modules or use re: "
+                                 "patterns")
+            if t.startswith("re:"):
+                try:
+                    re.compile(t[3:])
+                except re.error as err:
+                    raise ValueError(f"{t!r} is not a regular expression ({err})") from None
         return v
+
+
+def matches(target: str, name: str) -> bool:
+    """compressed-tensors' rule: a `re:` pattern matched from the start of the module name
+    (not the whole of it), anything else the exact name."""
+    return bool(re.match(target[3:], name)) if target.startswith("re:") else target == name
+
+
+# vLLM loads these shards as one fused layer, which must have one scheme
+# (compressed_tensors.py: "Found different quantization schemes for the shards")
+FUSED = (("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
+         ("mlp.gate_proj", "mlp.up_proj"))
+BLOCKS_CHECKED = 128  # block indices a pattern is tried on for the fused-shard check
 
 
 class Candidate(StrictModel):
@@ -104,6 +128,32 @@ class Candidate(StrictModel):
         if self.recipe == "w8a16" and any(o.bits == 8 for o in self.overrides):
             raise ValueError("an 8-bit override in recipe w8a16 changes nothing: every "
                              "module is 8-bit already")
+        split = self._split_fused_layer()
+        if split:
+            raise ValueError(f"{' and '.join(split)} are loaded by vLLM as one fused layer "
+                             "and must share one scheme; override all of them or none")
+
+    def module_bits(self, name: str) -> int:
+        """The bits an integer weight-only recipe stores module `name` at: 16 where an
+        `ignore` entry or a 16-bit override names it (whatever their order), 8 where an
+        8-bit override does, else the recipe's."""
+        sixteen = [*self.ignore, *(t for o in self.overrides if o.bits == 16 for t in o.targets)]
+        if any(matches(t, name) for t in sixteen):
+            return 16
+        eight = [t for o in self.overrides if o.bits == 8 for t in o.targets]
+        return 8 if any(matches(t, name) for t in eight) else (
+            4 if self.recipe == "w4a16" else 8)
+
+    def _split_fused_layer(self) -> list[str]:
+        """The shards of a fused layer the overrides give different bits, if any."""
+        if not self.overrides:
+            return []
+        for block in range(BLOCKS_CHECKED):
+            for shards in FUSED:
+                names = [f"model.layers.{block}.{s}" for s in shards]
+                if len({self.module_bits(n) for n in names}) > 1:
+                    return names
+        return []
 
     @property
     def resolved_method(self) -> str | None:

@@ -69,7 +69,7 @@ def render_sweep(record: SweepRecord) -> str:
                    if r.weights_bytes else "–")
         lines.append(
             f"| {r.candidate} | {decision_text(r)} | {failing_text(r)} | "
-            f"{r.format}{f' ({r.recipe})' if r.recipe else ''} | {weights} | "
+            f"{r.format}{_cell(f' ({r.recipe})') if r.recipe else ''} | {weights} | "
             f"{_fmt(r.kl_mean, '.4f')} / "
             f"{_fmt(r.top1_agreement, '.3f')} | {deltas} | {_fmt(r.throughput_ratio, '.2f')} | "
             f"{r.slo_level or 'none'} | {_fmt(r.kv_capacity_ratio, '.2f')} | "
@@ -141,6 +141,11 @@ def print_table(record: SweepRecord, console: Console, title: str = "sweep") -> 
     console.print(table)
 
 
+def _cell(text: str) -> str:
+    """Text for a Markdown table cell: a pattern's | would split the row."""
+    return text.replace("|", "\\|")
+
+
 DECISION_STYLE = {"promote": ("o", "#2ca02c"), "inconclusive": ("s", "#ff7f0e"),
                   "reject": ("x", "#d62728")}
 
@@ -162,7 +167,9 @@ def plot_pareto(record: SweepRecord, out: Path, what: str = "candidates") -> Pat
     for r in judged:
         marker, colour = DECISION_STYLE[r.decision or "reject"]
         ax.scatter(*points[r.candidate], marker=marker, color=colour, s=60, zorder=3)
-        ax.annotate(f"{r.candidate} ({r.recipe})" if r.recipe else r.candidate,
+        # a pattern's $ would start matplotlib's math text
+        ax.annotate((f"{r.candidate} ({r.recipe})" if r.recipe else r.candidate)
+                    .replace("$", r"\$"),
                     points[r.candidate], textcoords="offset points",
                     xytext=(6, 4), fontsize=8)
     front = sorted(points[r.candidate] for r in judged if r.on_front)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -80,33 +79,21 @@ def linear_shapes(config: dict) -> dict[str, tuple[int, int]]:
             "mlp.down_proj": (inter, hidden)}
 
 
-def _matches(target: str, name: str) -> bool:
-    return bool(re.fullmatch(target[3:], name)) if target.startswith("re:") else target == name
-
-
-def _bits_of(cand: Candidate, name: str) -> int:
-    """The bits a module is stored at under this candidate: 16 where left unquantised."""
-    bits = 4 if cand.recipe == "w4a16" else 8
-    for o in cand.overrides:
-        if any(_matches(t, name) for t in o.targets):
-            bits = o.bits
-    return bits
-
-
 def weight_bytes(cand: Candidate, config: dict) -> int:
-    """The bytes the candidate's weights would take: each decoder linear at its bits plus
-    a scale (and a zero point where asymmetric) per group; everything else at 16 bits."""
+    """The bytes the candidate's weights would take: each decoder linear of every block at
+    its bits plus a scale (and a zero point where asymmetric) per group; everything else
+    at 16 bits."""
     text = config.get("text_config", config)
-    layers = text["num_hidden_layers"]
     group = cand.resolved_group_size or 1
     total = 16 * text["vocab_size"] * text["hidden_size"]  # embeddings (a tied head: once)
-    if not text.get("tie_word_embeddings", True):
+    if not text.get("tie_word_embeddings", False):  # Llama's own default: a head of its own
         total *= 2
-    for part, (width_in, width_out) in linear_shapes(config).items():
-        bits = _bits_of(cand, f"model.layers.0.{part}")
-        per_weight = 16 if bits == 16 else bits + (SCALE_BITS + (
-            0 if cand.resolved_symmetric else bits)) / group
-        total += int(per_weight * width_in * width_out) * layers
+    for block in range(text["num_hidden_layers"]):
+        for part, (width_in, width_out) in linear_shapes(config).items():
+            bits = cand.module_bits(f"model.layers.{block}.{part}")
+            per_weight = 16 if bits == 16 else bits + (SCALE_BITS + (
+                0 if cand.resolved_symmetric else bits)) / group
+            total += int(per_weight * width_in * width_out)
     return total // 8
 
 
