@@ -58,6 +58,8 @@ def evaluate(scratch: Path, candidate: str, measure_all: bool) -> dict:
     timing = new[-1].parent / "timing.json" if new else None
     return {"seconds": seconds, "exit": proc.returncode, "decision": record.get("decision"),
             "early_stop": record.get("early_stop"),
+            # the looks taken, and why a second one was not (policy.looks.skipped)
+            "looks": (record.get("policy") or {}).get("looks"),
             "gates": {g["gate"]: g["status"] for g in record.get("gates", [])
                       if not g.get("informational")},
             "by_kind": (json.loads(timing.read_text()).get("by_kind", {})

@@ -34,6 +34,11 @@ FORMATS = {  # candidate -> (format label, KV cache dtype the engine must report
     "fp8": ("FP8 W8A8", "auto"),
     "kv-fp8": ("W16A16, KV fp8 (calibrated scales)", "fp8"),
     "fp8+kv-fp8": ("FP8 W8A8, KV fp8 (calibrated scales)", "fp8"),
+    # recipes as values (config/candidate.py): AWQ; round-to-nearest, asymmetric; int4 with
+    # its down projections at 8 bits (a mixed format vLLM-CPU's kernel does not take)
+    "int4-awq": ("W4A16", "auto"),
+    "int4-rtn-asym": ("W4A16", "auto"),
+    "int4-mixed": ("W4+8A16", "auto"),
 }
 
 CONFIG = """
@@ -44,6 +49,10 @@ candidates:
   fp8: {{recipe: fp8-dynamic}}
   kv-fp8: {{recipe: kv-fp8}}
   fp8+kv-fp8: {{recipe: fp8-dynamic+kv-fp8}}
+  int4-awq: {{recipe: w4a16, group_size: 64, method: awq}}
+  int4-rtn-asym: {{recipe: w4a16, group_size: 64, method: rtn, symmetric: false}}
+  int4-mixed: {{recipe: w4a16, group_size: 64,
+               overrides: [{{targets: ["re:.*down_proj"], bits: 8}}]}}
 calibration:
   files: [{repo}/calibration_data/python_stdlib.jsonl, {repo}/calibration_data/multilingual.jsonl]
   num_samples: {num_samples}
@@ -120,7 +129,8 @@ def servable_here(built: dict, model: Path) -> dict[str, tuple[Path, list[str]]]
 
 
 def test_every_format_quantises_loads_and_generates(tiny_model: Path, tmp_path: Path,
-                                                    workbench) -> None:
+                                                    workbench, monkeypatch) -> None:
+    monkeypatch.setenv("COLUMNS", "240")  # the table's last column whole, not cut short
     config = write_config(tmp_path, tiny_model)
     first = workbench("quantize", "--all", "--config", str(config), "--runs-dir", "runs",
                       cwd=tmp_path)
@@ -146,7 +156,7 @@ def test_every_format_quantises_loads_and_generates(tiny_model: Path, tmp_path: 
         # computed in the type this CPU runs fast, stored as the baseline is (bf16)
         assert m["compute_dtype"] == fast_dtype("cpu") and m["stored_dtype"] == "bfloat16"
         assert float_types(Path(built[name]["path"])) == {"bfloat16"}
-        if name != "fp8":  # data-free
+        if name not in ("fp8", "int4-rtn-asym"):  # data-free
             assert len(m["calibration"]["samples_digest"]) == 64
         fid = m["fidelity"]
         assert fid["heldout_samples"] == 4 and fid["tokens"] > 0
@@ -170,6 +180,13 @@ def test_every_format_quantises_loads_and_generates(tiny_model: Path, tmp_path: 
     int4_layers = built["int4"]["manifest"]["scheme_summary"]["layers"]
     assert any("int4 group(64)" in row["scheme"] for row in int4_layers)
     assert any(row["layer"] == "lm_head" and "16-bit" in row["scheme"] for row in int4_layers)
+    mixed = built["int4-mixed"]["manifest"]["scheme_summary"]["layers"]
+    assert any(row["layer"].endswith("down_proj") and "int8" in row["scheme"]
+               for row in mixed), mixed
+    assert any(row["layer"].endswith("up_proj") and "int4" in row["scheme"]
+               for row in mixed), mixed
+    asym = built["int4-rtn-asym"]["manifest"]["scheme_summary"]["layers"]
+    assert any("int4 group(64) asymmetric" in row["scheme"] for row in asym), asym
     assert built["kv-fp8"]["manifest"]["scheme_summary"]["kv_cache_scheme"]["num_bits"] == 8
     # one baseline perplexity for every candidate (computed once, then cached)
     assert len({built[n]["manifest"]["fidelity"]["baseline_perplexity"] for n in FORMATS}) == 1
@@ -246,7 +263,7 @@ def check_refused_before_any_work(names: list[str], config: Path, tmp_path: Path
                             "--runs-dir", "refused", cwd=tmp_path)
         assert refused.returncode == 2, refused.stdout + refused.stderr
         assert f"candidates.{name}: unsupported on cpu" in refused.stderr
-        assert "AVX-512" in refused.stderr
+        assert "AVX-512" in refused.stderr or "takes 4-bit weights only" in refused.stderr
     assert not (tmp_path / "refused").exists()
 
 

@@ -84,6 +84,16 @@ def build_recipe(job: dict) -> Any:
     raise SystemExit(f"unknown recipe {recipe!r}")
 
 
+def no_pinning_on_cpu() -> None:
+    """AWQ pins its cached activations for faster host-to-device copies
+    (llmcompressor 0.14, transform/awq/base.py: IntermediatesCache.pin_memory), which a
+    CPU-only torch refuses ("Cannot access accelerator device when none is available").
+    Calibrating on the CPU there is nothing to copy to: pinning is skipped."""
+    from llmcompressor.pipelines.cache import IntermediatesCache
+
+    IntermediatesCache.pin_memory = lambda self, *args, **kwargs: None
+
+
 def calibration_dataset(job: dict, tokenizer: Any) -> Any:
     from datasets import Dataset
 
@@ -221,7 +231,8 @@ def scheme_summary(model: Any) -> dict:
         w = scheme.weights if scheme else None
         a = scheme.input_activations if scheme else None
         text = "weights " + (f"{w.type}{w.num_bits} {w.strategy}"
-                             + (f"({w.group_size})" if w.group_size else "") if w else "16-bit")
+                             + (f"({w.group_size})" if w.group_size else "")
+                             + ("" if w.symmetric else " asymmetric") if w else "16-bit")
         text += ", activations " + (f"{a.type}{a.num_bits} {a.strategy}"
                                     + (" dynamic" if a.dynamic else " static") if a else "16-bit")
         weight = module.weight
@@ -350,6 +361,8 @@ def main(argv: list[str] | None = None) -> None:
                       shuffle_calibration_samples=False)
     quant_started = time.perf_counter()
     phase("calibrating" if job["needs_data"] else "quantising (data-free)")
+    if device.type == "cpu":
+        no_pinning_on_cpu()
     oneshot(model=model, recipe=build_recipe(job), **kwargs)
     oneshot_s = time.perf_counter() - quant_started
     ran_on = execution_device(model)
