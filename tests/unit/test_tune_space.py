@@ -87,3 +87,29 @@ def test_without_an_int4_kernel_the_points_are_kept_to_be_served_dense(
     monkeypatch.setattr(formats, "cpu_vector_isa", lambda: "avx2")
     found, left = points("int4", PRESET, TuneSpace(group_sizes=[64]), smollm2, "cpu")
     assert len(found) == 4 and left == []
+
+
+def test_the_keep_axis_leaves_the_most_sensitive_blocks_in_16_bit(smollm2: Path) -> None:
+    """keep k: the k blocks ranked first are ignored by the quantiser (an `ignore` entry),
+    counted at 16 bits in the estimate, and named in the point; a k past the ranking is
+    left out, and a combination a candidate refuses is left out with its reason."""
+    space = TuneSpace(methods=["gptq"], symmetric=[True], group_sizes=[64], keep=[0, 2, 99])
+    found, left = points("int4", PRESET, space, smollm2, "cpu", ranked=[7, 3, 11])
+    assert [p.name for p in found] == ["int4-gptq-sym-g64", "int4-gptq-sym-g64-keep2"]
+    kept = found[1]
+    assert kept.kept == (7, 3) and kept.label == "gptq sym g64, blocks [3, 7] in 16-bit"
+    assert kept.candidate.module_bits("model.layers.7.mlp.down_proj") == 16
+    assert kept.candidate.module_bits("model.layers.3.self_attn.q_proj") == 16
+    assert kept.candidate.module_bits("model.layers.11.mlp.down_proj") == 4
+    assert kept.values()["kept"] == [7, 3]
+    one_block = 16 * (576 * 576 * 2 + 576 * 192 * 2 + 576 * 1536 * 3) / 8
+    per_block = (weight_bytes(PRESET, SMOLLM2_SHAPES) - 49152 * 576 * 2) / 30
+    assert kept.weight_bytes - found[0].weight_bytes == pytest.approx(
+        2 * (one_block - per_block), abs=40)
+    assert dict(left) == {"int4-gptq-sym-g64-keep99": "keep 99: the sensitivity ranking has "
+                                                      "3 blocks"}
+    w8 = Candidate(recipe="w8a16", group_size=64)
+    eight = TuneSpace(methods=["gptq"], symmetric=[True], group_sizes=[64],
+                      overrides=[[{"targets": ["re:.*down_proj"], "bits": 8}]])
+    none, why = points("int8", w8, eight, smollm2, "cuda")
+    assert none == [] and "changes nothing" in why[0][1]

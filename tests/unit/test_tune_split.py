@@ -63,7 +63,8 @@ def test_tune_refuses_a_recipe_without_an_integer_grid_and_a_bad_budget(tmp_path
     result = CliRunner().invoke(main, ["tune", "--config", str(DEFAULT), "--candidate", "int8",
                                        "--runs-dir", str(runs)])
     assert result.exit_code == 2
-    assert "candidates.int8: layer sensitivity needs an integer weight recipe" in result.output
+    assert "tune.space: candidates.int8 is w8a8-int8; a space of recipes varies an integer " \
+        "weight-only recipe (w4a16, w8a16)" in result.output
     result = CliRunner().invoke(main, ["tune", "--config", str(DEFAULT), "--candidate", "int4",
                                        "--runs-dir", str(runs), "--max-trials", "0"])
     assert result.exit_code == 2 and "--max-trials: 0 (at least 1)" in result.output
@@ -137,12 +138,12 @@ def test_a_rejected_best_trial_is_said_to_fail_only_the_gates_it_failed() -> Non
     """None promoted: the record names the gates the best trial fails, and counts the ones
     its sample left open instead of listing them as failures; a trial that fails nothing
     is held back by the gates it did not settle."""
-    from workbench.tune.run import Search, _none_promoted
+    from workbench.tune.outcome import Search, none_promoted
 
     rejected = SweepRow("int4-keep4", "decided", decision="reject",
                         failing_gates=["health:(pooled)"],
                         inconclusive_gates=["quality:arithmetic", "safety:overrefusal"])
-    outcome = _none_promoted(Search(rows={0: SweepRow(
+    outcome = none_promoted(Search(rows={0: SweepRow(
         "int4", "decided", decision="reject",
         failing_gates=["health:(pooled)", "health:arithmetic"]), 4: rejected}))
     assert outcome.still_failing == ["health:(pooled)"]
@@ -150,6 +151,26 @@ def test_a_rejected_best_trial_is_said_to_fail_only_the_gates_it_failed() -> Non
         in outcome.reason and "quality:arithmetic" not in outcome.reason
     undecided = SweepRow("int4-keep8", "decided", decision="inconclusive",
                          inconclusive_gates=["quality:arithmetic"])
-    outcome = _none_promoted(Search(rows={8: undecided}))
+    outcome = none_promoted(Search(rows={8: undecided}))
     assert outcome.still_failing == ["quality:arithmetic"]
     assert outcome.reason.endswith("is inconclusive: not shown within margin: quality:arithmetic")
+
+
+def test_a_space_no_point_of_which_the_model_takes_is_refused_up_front(tmp_path: Path) -> None:
+    """SmolLM2's widths (576) take no group of 128: a space of that group alone is exit 2
+    in `validate --tune` and `tune` alike, naming the point and why, nothing written."""
+    text = DEFAULT.read_text().replace("group_sizes: [128, 64, 32]", "group_sizes: [128]")
+    assert text != DEFAULT.read_text()
+    config = DEFAULT.parent / f".{tmp_path.name}.yaml"  # beside it: its paths are relative
+    config.write_text(text)
+    try:
+        args = ["--config", str(config), "--candidate", "int4", "--runs-dir",
+                str(tmp_path / "runs")]
+        tuned = CliRunner().invoke(main, ["tune", *args])
+        validated = CliRunner().invoke(main, ["validate", "--tune", *args])
+    finally:
+        config.unlink()
+    assert tuned.exit_code == validated.exit_code == 2, tuned.output
+    assert "tune.space: no point of the space can be built and served here: " \
+           "int4-gptq-sym-g128: group size 128 does not divide" in " ".join(tuned.output.split())
+    assert not (tmp_path / "runs").exists()

@@ -30,6 +30,7 @@ from workbench.config.load import (  # re-exported: the run config names them
     LoadProfile,
 )
 from workbench.config.rollout import RolloutConfig
+from workbench.config.tune import TuneConfig
 from workbench.mechanisms.errors import InputError
 from workbench.mechanisms.files import exists
 from workbench.mechanisms.hub import resolve_hub_model
@@ -205,6 +206,7 @@ class RunConfig(StrictModel):
     tracking: TrackingConfig = TrackingConfig()
     endpoints: EndpointsConfig = EndpointsConfig()
     rollout: RolloutConfig = RolloutConfig()
+    tune: TuneConfig = TuneConfig()
 
     # Set by load_config, not by the user.
     source: Path = Field(default=Path("."), exclude=True)

@@ -23,13 +23,17 @@ from workbench.record.sections import MlflowSection
 from workbench.sweep.report import plot_pareto, print_table, render_sweep
 from workbench.sweep.table import SweepRecord, SweepRow
 
-__all__ = ["SCHEMA_FILE", "TUNE_PLOT", "TUNE_SCHEMA_VERSION", "Outcome", "TuneRecord",
+__all__ = ["SCHEMA_FILE", "TUNE_PLOT", "TUNE_SCHEMA_VERSION", "LeftOutJson", "Outcome",
+           "PointJson", "SensitivityJson", "SpaceJson", "TuneRecord",
            "print_tune", "render_tune", "tune_schema", "write_tune"]
 
 # 2: the registry entry names the champion before it; 3: a trial stopped early says by
 # which gates and what it did not measure (its row's stopped_by, not_measured); 4: a trial
-# served dense says so and gives its decision on what the device can judge (judged_here)
-TUNE_SCHEMA_VERSION = 4
+# served dense says so and gives its decision on what the device can judge (judged_here);
+# 5: a tune over a space of recipes (`space`: its axes, the points in the order tried, those
+# left out and why; the outcome's recipe in words, `label`); no sensitivity where no point
+# keeps a block
+TUNE_SCHEMA_VERSION = 5
 SCHEMA_FILE = Path(__file__).with_name(f"tune-v{TUNE_SCHEMA_VERSION}.schema.json")
 TUNE_PLOT = "tune.png"
 
@@ -38,6 +42,24 @@ class BlockJson(TypedDict):
     block: int
     kl_mean: float
     top1_agreement: float
+
+
+class PointJson(TypedDict):
+    name: str
+    label: str  # the recipe in words
+    values: dict  # method, symmetric, group_size, overrides, kept
+    weight_bytes: int  # estimated from the model's config.json: the order tried
+
+
+class LeftOutJson(TypedDict):
+    name: str
+    why: str
+
+
+class SpaceJson(TypedDict):
+    axes: dict  # the config's tune.space, every default filled in
+    points: list[PointJson]  # cheapest first: the order the search tries them
+    left_out: list[LeftOutJson]  # points the model's widths or this device cannot take
 
 
 class SensitivityJson(TypedDict):
@@ -64,6 +86,7 @@ class Outcome:
     confirmation_dir: str | None = None  # its decision on the held-out half
     # none passed: the gates the best trial fails (those left open when it fails none)
     still_failing: list[str] = field(default_factory=list)
+    label: str | None = None  # the trial's recipe in words
 
 
 @dataclass
@@ -72,7 +95,7 @@ class TuneRecord:
     candidate: str
     device: str
     policy: str
-    sensitivity: SensitivityJson
+    sensitivity: SensitivityJson | None  # None: no trial keeps a block in 16-bit
     kept: dict[str, list[int]]  # trial -> the blocks it keeps in 16-bit
     trials: SweepRecord  # each trial judged on the search half of the items
     stopped: str  # why the search stopped, in words
@@ -85,6 +108,7 @@ class TuneRecord:
     created_at: str
     wall_time_s: float = 0.0
     plots: dict[str, str] = field(default_factory=dict)
+    space: SpaceJson | None = None  # a search over recipes (the config's tune.space)
     mlflow: MlflowSection = field(default_factory=lambda: MlflowSection())
     schema_version: int = TUNE_SCHEMA_VERSION
 
@@ -126,14 +150,39 @@ def write_tune(tune_dir: Path, record: TuneRecord) -> None:
 def _headline(record: TuneRecord) -> str:
     out = record.outcome
     if out.status == "confirmed":
-        return (f"**Tuned: `{out.trial}`** keeps blocks {out.kept} of `{record.candidate}` in "
-                f"16-bit; promoted on the search half and confirmed on the held-out half.")
+        what = f"({out.label})" if record.space is not None else (
+            f"keeps blocks {out.kept} of `{record.candidate}` in 16-bit;")
+        return (f"**Tuned: `{out.trial}`** {what} promoted on the search half and confirmed "
+                "on the held-out half.")
     return f"**No tuned recipe** ({out.status.replace('_', ' ')})."
 
 
-def render_tune(record: TuneRecord) -> str:
+def _sensitivity_lines(record: TuneRecord) -> list[str]:
     sens = record.sensitivity
+    if sens is None:
+        return []
     ranked = ", ".join(f"{b['block']} ({b['kl_mean']:.3g})" for b in sens["ranked"][:8])
+    return [f"Sensitivity ({sens['method']}), most sensitive first, KL in brackets: "
+            f"{ranked}{' …' if len(sens['ranked']) > 8 else ''}"
+            f"{' (cached)' if sens['cache_hit'] else ''}.", "",
+            "Blocks kept per trial: " + "; ".join(
+                f"`{t}` {blocks or 'none'}" for t, blocks in record.kept.items()), ""]
+
+
+def _space_lines(record: TuneRecord) -> list[str]:
+    space = record.space
+    if space is None:
+        return []
+    tried = {r.candidate for r in record.trials.rows}
+    lines = ["## The space, cheapest first", "", "| point | recipe | weights (est.) | tried |",
+             "|---|---|---|---|"]
+    lines += [f"| `{pt['name']}` | {pt['label']} | {pt['weight_bytes'] / 2**20:.1f} MiB | "
+              f"{'yes' if pt['name'] in tried else 'no'} |" for pt in space["points"]]
+    lines += [""] + [f"Left out: `{lo['name']}`: {lo['why']}." for lo in space["left_out"]]
+    return lines + ([""] if space["left_out"] else [])
+
+
+def render_tune(record: TuneRecord) -> str:
     lines = [f"# Tune of `{record.candidate}` on `{record.model}` ({record.device})", "",
              _headline(record), "", record.outcome.reason, ""]
     if record.outcome.recipe_file:
@@ -141,13 +190,8 @@ def render_tune(record: TuneRecord) -> str:
                   f"`{record.outcome.candidate_file}`.", ""]
     lines += [f"Search: {record.stopped} (budget {record.max_trials} trials, "
               f"{record.max_hours:g} h; wall time {record.wall_time_s:.0f} s).", "",
-              f"Selection: {record.protection}", "",
-              f"Sensitivity ({sens['method']}), most sensitive first, KL in brackets: "
-              f"{ranked}{' …' if len(sens['ranked']) > 8 else ''}"
-              f"{' (cached)' if sens['cache_hit'] else ''}.", "",
-              "Blocks kept per trial: " + "; ".join(
-                  f"`{t}` {blocks or 'none'}" for t, blocks in record.kept.items()), "",
-              "## Trials (judged on the search half)", "",
+              f"Selection: {record.protection}", "", *_sensitivity_lines(record),
+              *_space_lines(record), "## Trials (judged on the search half)", "",
               render_sweep(record.trials).split("\n", 2)[2]]
     if record.confirmation is not None:
         c = record.confirmation

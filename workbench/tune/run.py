@@ -1,29 +1,31 @@
-"""`workbench tune`, top to bottom: plan -> layer sensitivity -> trials judged on the
-search half -> the chosen trial judged on the held-out half -> record, recipe, MLflow.
+"""`workbench tune`, top to bottom: plan -> layer sensitivity (where a trial keeps blocks
+in 16-bit) -> trials judged on the search half -> the chosen trial judged on the held-out
+half -> record, recipe, MLflow.
 
-Every trial is an ordinary candidate (the recipe with its k most sensitive blocks kept in
-16-bit) through evaluate's own stages (pipeline.evaluate_planned), into
-`runs/<tune>/<trial>/` with its own decision record and MLflow child run. Its artifact and
-its measurement beside the baseline are cached by content, so a tune run again, after an
-interruption or with a larger budget, measures only what is missing. docs/tune.md says
-why each step is the way it is.
+Every trial is an ordinary candidate through evaluate's own stages
+(pipeline.evaluate_planned), into `runs/<tune>/<trial>/` with its own decision record and
+MLflow child run: the candidate's recipe with its k most sensitive blocks kept in 16-bit,
+or, where the config declares `tune.space`, a point of that space of recipes (walk.py).
+Its artifact and its measurement beside the baseline are cached by content, so a tune run
+again, after an interruption or with a larger budget, measures only what is missing.
+docs/tune.md says why each step is the way it is.
 """
 
 from __future__ import annotations
 
+import functools
 import json
-import re
 import time
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-import yaml
 from rich.console import Console
 from rich.markup import escape
 
+from workbench.config.candidate import GROUPED_RECIPES
 from workbench.config.gate_policy import Objective
 from workbench.config.run_config import RunConfig
+from workbench.config.tune import TuneSpace
 from workbench.mechanisms.errors import InfraError, InputError
 from workbench.mechanisms.files import inside, new_run_dir
 from workbench.plan.plan import Outputs, Plan, plan
@@ -36,21 +38,23 @@ from workbench.record.sections import MlflowSection
 from workbench.record.store import load_record
 from workbench.suites.split import ItemSplit
 from workbench.sweep.run import evaluate_row, table_record
-from workbench.sweep.table import DENSE_CAVEAT, OBJECTIVE_LABEL, SweepRecord, SweepRow
+from workbench.sweep.table import SweepRecord, SweepRow
 from workbench.tracking.run_log import DESCRIPTION_TAG, RUN_NAME_TAG, tracker_for
 from workbench.tracking.tracker import Tracker
 from workbench.tune.budget import Budget, next_trial_s, second_look_growth
+from workbench.tune.outcome import Search, outcome, pick_trial
 from workbench.tune.record import (
     TUNE_PLOT,
-    Outcome,
     SensitivityJson,
+    SpaceJson,
     TuneRecord,
     print_tune,
     render_tune,
     write_tune,
 )
-from workbench.tune.schedule import PASS, next_kept
-from workbench.tune.trials import trial_config
+from workbench.tune.space import SpacePoint, points
+from workbench.tune.trials import TrialSpec, keep_spec, point_spec, trial_config
+from workbench.tune.walk import Runner, search_kept, walk_space
 
 __all__ = ["Search", "check_tune", "pick_trial", "run_tune"]
 
@@ -62,27 +66,12 @@ PROTECTION = ("each trial was judged on the search half of every suite's items; 
               "item: the confirmation reads the chosen trial's own load sessions.")
 
 
-@dataclass
-class Search:
-    """The trials so far: each k's row, in the order they ran, and why the search ended."""
-
-    rows: dict[int, SweepRow] = field(default_factory=dict)
-    stopped: str = ""
-    failed: bool = False
-
-    def decisions(self) -> dict[int, str]:
-        return {k: r.decision_here or r.status for k, r in self.rows.items()}
-
-    def chosen(self) -> int | None:
-        """The smallest k promoted on the search half (the schedule's answer when settled,
-        the best found so far when the budget ended it)."""
-        passed = [k for k, r in self.rows.items() if r.decision_here == PASS]
-        return min(passed) if passed else None
-
-
 def check_tune(p: Plan, budget: Budget) -> None:
     """Tune's own checks on top of evaluate's (plan()): exit 2 before anything is written."""
-    problems = sensitivity_problems(p.cfg, p.candidate_name)
+    space = p.cfg.tune.space
+    problems = space_problems(p, space) if space is not None else []
+    if space is None or max(space.keep) > 0:
+        problems += sensitivity_problems(p.cfg, p.candidate_name)
     if budget.max_trials < 1:
         problems.append(f"--max-trials: {budget.max_trials} (at least 1)")
     if not budget.max_hours > 0:
@@ -92,6 +81,24 @@ def check_tune(p: Plan, budget: Budget) -> None:
                         "itself; run it without endpoints")
     if problems:
         raise InputError(problems[0], problems)
+
+
+def space_problems(p: Plan, space: TuneSpace) -> list[str]:
+    """A space varies an integer weight-only recipe, and this device and the model's widths
+    must take at least one of its points (each block stands in for the ranking here)."""
+    where, cand = f"{p.cfg.source}: tune.space", p.candidate
+    if cand.recipe not in GROUPED_RECIPES:
+        return [f"{where}: candidates.{p.candidate_name} is "
+                f"{cand.recipe or 'a recipe file or checkpoint'}; a space of recipes varies "
+                f"an integer weight-only recipe ({', '.join(GROUPED_RECIPES)})"]
+    blocks = json.loads((p.model_dir / "config.json").read_text())
+    blocks = blocks.get("text_config", blocks).get("num_hidden_layers", 0)
+    kept, left = points(p.candidate_name, cand, space, p.model_dir, p.device,
+                        list(range(blocks)))
+    if kept:
+        return []
+    return [f"{where}: no point of the space can be built and served here: "
+            + "; ".join(f"{name}: {why}" for name, why in left[:3])]
 
 
 def run_tune(cfg: RunConfig, name: str, runs_root: Path, console: Console,
@@ -106,14 +113,15 @@ def run_tune(cfg: RunConfig, name: str, runs_root: Path, console: Console,
     started = time.perf_counter()
     tags = {"kind": "tune", "candidate": name, "device": base.device}
     with tracker_for(cfg, f"tune {name}", tags, console) as tracker:
-        sens = _sensitivity(base, tune_dir, console)
-        search = _search(base, sens, tune_dir, console, tracker, budget, started)
+        run = functools.partial(_trial, base, tune_dir=tune_dir, console=console,
+                                tracker=tracker, objective=budget.objective)
+        sens, search, space = _search(base, tune_dir, console, run, budget, started)
         trials = _table(base, search, tune_dir, started, budget.objective)
         chosen = None if search.failed else pick_trial(search, trials)
-        confirmation = None if chosen is None else _trial(
-            base, sens, chosen, tune_dir, console, tracker, budget.objective, "confirm")
+        confirmation = None if chosen is None else run(search.specs[chosen], part="confirm")
         record = _record(base, sens, search, trials, (chosen, confirmation), budget,
                          tune_dir, started, tracker)
+        record.space = space
         write_tune(tune_dir, record)
         _log_tune(tracker, record, tune_dir)
         if record.outcome.status == "failed":  # exit 3, the MLflow run marked failed
@@ -124,6 +132,26 @@ def run_tune(cfg: RunConfig, name: str, runs_root: Path, console: Console,
     write_tune(tune_dir, record)
     print_tune(record, console)
     return record
+
+
+def _search(p: Plan, tune_dir: Path, console: Console, run: Runner, budget: Budget,
+            started: float) -> tuple[Sensitivity | None, Search, SpaceJson | None]:
+    """The keep-k search, or the walk over the config's space (walk.py); the sensitivity
+    ranking first where a trial keeps blocks in 16-bit."""
+    space, name = p.cfg.tune.space, p.candidate_name
+    sens = (_sensitivity(p, tune_dir, console)
+            if space is None or max(space.keep) > 0 else None)
+    price = functools.partial(next_trial_s, growth=second_look_growth(p), suite_runs=sum(
+        len(list(s.spec.runs())) for s in p.suites))
+    if space is None:
+        assert sens is not None  # measured above for the keep-k search
+        spec_for = functools.partial(keep_spec, name, p.candidate, sens)
+        return sens, search_kept(spec_for, len(sens.blocks), run, budget, started, price), None
+    pts, left = points(name, p.candidate, space, p.model_dir, p.device,
+                       sens.ranked() if sens else None)
+    _say_space(pts, left, console)
+    search = walk_space([point_spec(pt) for pt in pts], run, budget, started, price)
+    return sens, search, _space_json(space, pts, left)
 
 
 def _sensitivity(p: Plan, tune_dir: Path, console: Console) -> Sensitivity:
@@ -139,57 +167,32 @@ def _sensitivity(p: Plan, tune_dir: Path, console: Console) -> Sensitivity:
     return sens
 
 
-def _trial(p: Plan, sens: Sensitivity, kept: int, tune_dir: Path, console: Console,
-           tracker: Tracker, objective: Objective, part: str = "search") -> SweepRow:
+def _trial(p: Plan, spec: TrialSpec, tune_dir: Path, console: Console, tracker: Tracker,
+           objective: Objective, part: str = "search") -> SweepRow:
     """One trial through evaluate's stages, judged on one half of the items."""
-    cfg, name = trial_config(p.cfg, p.candidate_name, sens, kept)
-    trial = p.variant(cfg, name, ItemSplit("search" if part == "search" else "confirm",
-                                           p.cfg.seed))
-    blocks = sens.ranked()[:kept]
-    kept_text = f"blocks {blocks} kept in 16-bit" if blocks else "the recipe as stated"
-    console.rule(f"{'trial' if part == 'search' else 'confirmation'} {name}: {kept_text}, "
-                 f"judged on the {part} half")
-    folder = inside(tune_dir, name if part == "search" else f"confirm-{name}")
+    trial = p.variant(trial_config(p.cfg, spec), spec.name,
+                      ItemSplit("search" if part == "search" else "confirm", p.cfg.seed))
+    console.rule(f"{'trial' if part == 'search' else 'confirmation'} {spec.name}: "
+                 f"{spec.label}, judged on the {part} half")
+    folder = inside(tune_dir, spec.name if part == "search" else f"confirm-{spec.name}")
     return evaluate_row(trial, folder, console, False, tracker, objective,
                         p.policy.sweep.quality)
 
 
-def _search(p: Plan, sens: Sensitivity, tune_dir: Path, console: Console,
-            tracker: Tracker, budget: Budget, started: float) -> Search:
-    """k = 0, doubling, bisection (schedule.py) until settled or out of budget; a trial
-    whose measurement failed ends it (the ones before it are kept)."""
-    search, growth = Search(), second_look_growth(p)
-    suite_runs = sum(len(list(s.spec.runs())) for s in p.suites)
-    while True:
-        k = next_kept(search.decisions(), len(sens.blocks))
-        spent = time.perf_counter() - started
-        price = next_trial_s(search.rows.values(), growth, suite_runs)
-        if k is None:
-            search.stopped = _settled_text(search)
-        elif len(search.rows) >= budget.max_trials:
-            search.stopped = f"the budget of {budget.max_trials} trial(s) was spent"
-        elif spent + price > budget.max_hours * 3600:
-            search.stopped = (f"the budget of {budget.max_hours:g} h could be passed by the "
-                              f"next trial ({spent:.0f} s spent; the next may take up to "
-                              f"{price:.0f} s if it looks twice, docs/tune.md 'Budget')")
-        else:
-            row = _trial(p, sens, k, tune_dir, console, tracker, budget.objective)
-            search.rows[k] = row
-            if row.status != "decided":
-                search.failed = row.status == "failed"
-                search.stopped = f"trial {row.candidate} {row.status}: {row.reason}"
-            else:
-                continue
-        return search
+def _say_space(pts: list[SpacePoint], left: list[tuple[str, str]], console: Console) -> None:
+    console.print(f"[bold]space[/]: {len(pts)} point(s), cheapest first: "
+                  + ", ".join(f"{pt.name} ({pt.weight_bytes / 2**20:.0f} MiB)"
+                              for pt in pts[:6]) + (" …" if len(pts) > 6 else ""))
+    for name, why in left:
+        console.print(f"  left out {name}: {escape(why)}")
 
 
-def _settled_text(search: Search) -> str:
-    chosen = search.chosen()
-    if chosen is None:
-        return "every block was kept and no trial was promoted"
-    below = [k for k in search.rows if k < chosen]
-    return (f"settled: keeping {chosen} block(s) is the fewest promoted"
-            + (f" ({max(below)} was not)" if below else " (the recipe as stated)"))
+def _space_json(space: TuneSpace, pts: list[SpacePoint], left: list[tuple[str, str]]
+                ) -> SpaceJson:
+    return SpaceJson(axes=space.model_dump(),
+                     points=[{"name": pt.name, "label": pt.label, "values": pt.values(),
+                              "weight_bytes": pt.weight_bytes} for pt in pts],
+                     left_out=[{"name": n, "why": why} for n, why in left])
 
 
 def _table(p: Plan, search: Search, tune_dir: Path, started: float,
@@ -206,30 +209,16 @@ def _table(p: Plan, search: Search, tune_dir: Path, started: float,
                         quality, " on the search half")
 
 
-def pick_trial(search: Search, trials: SweepRecord) -> int | None:
-    """The trial to confirm: the table's recommendation, the best promoted trial on the
-    objective (None when none was promoted)."""
-    best = trials.recommendation.candidate
-    return next((k for k, r in search.rows.items() if r.candidate == best), None)
-
-
-def _record(p: Plan, sens: Sensitivity, search: Search, trials: SweepRecord,
+def _record(p: Plan, sens: Sensitivity | None, search: Search, trials: SweepRecord,
             picked: tuple[int | None, SweepRow | None], budget: Budget, tune_dir: Path,
             started: float, tracker: Tracker) -> TuneRecord:
-    ranked = sorted(sens.blocks, key=lambda b: (-b.kl_mean, b.block))
     return TuneRecord(
         model=p.cfg.model.name, candidate=p.candidate_name, device=p.device,
-        policy=trials.policy,
-        sensitivity=SensitivityJson(
-            method=METHOD, bits=sens.bits, group_size=sens.group_size,
-            ranked=[{"block": b.block, "kl_mean": b.kl_mean,
-                     "top1_agreement": b.top1_agreement} for b in ranked],
-            passages=sens.passages, tokens=sens.tokens, seconds=sens.seconds,
-            cache_hit=sens.cache_hit),
-        kept={r.candidate: sens.ranked()[:k] for k, r in search.rows.items()},
+        policy=trials.policy, sensitivity=None if sens is None else _sensitivity_json(sens),
+        kept={r.candidate: search.kept(k) for k, r in search.rows.items()},
         trials=trials, stopped=search.stopped, max_trials=budget.max_trials,
         max_hours=budget.max_hours, protection=PROTECTION, confirmation=picked[1],
-        outcome=_outcome(p, sens, search, picked, tune_dir, budget.objective),
+        outcome=outcome(p, search, picked, tune_dir, budget.objective),
         tune_dir=str(tune_dir),
         created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         wall_time_s=round(time.perf_counter() - started, 1),
@@ -237,82 +226,14 @@ def _record(p: Plan, sens: Sensitivity, search: Search, trials: SweepRecord,
                              experiment_id=tracker.experiment_id, ui=tracker.ui_link()))
 
 
-def _outcome(p: Plan, sens: Sensitivity, search: Search,
-             picked: tuple[int | None, SweepRow | None], tune_dir: Path,
-             objective: Objective) -> Outcome:
-    if search.failed:
-        return Outcome("failed", search.stopped)
-    chosen, confirmation = picked
-    if chosen is None or confirmation is None:
-        return _none_promoted(search)
-    trial = search.rows[chosen].candidate
-    kept = sens.ranked()[:chosen]
-    if confirmation.decision_here != PASS:
-        gates, why = _in_the_way(confirmation)
-        return Outcome("not_confirmed", f"`{trial}` was promoted on the search half but is "
-                       f"{confirmation.decision} on the held-out half ({why}): "
-                       "the search's pass did not hold on items it never judged",
-                       trial, kept, confirmation_dir=confirmation.run_dir,
-                       still_failing=gates)
-    recipe, entry = _hand_back(p, trial, Path(confirmation.run_dir), tune_dir)
-    return Outcome("confirmed", f"`{trial}` ({chosen} blocks kept): the best "
-                   f"{OBJECTIVE_LABEL[objective]} among the trials "
-                   f"the policy promoted, confirmed on the held-out half; weights "
-                   f"{(confirmation.weights_bytes or 0) / 2**20:.0f} MiB "
-                   f"({confirmation.compression_ratio or 0:.2f}x smaller than the baseline)"
-                   + (DENSE_CAVEAT if confirmation.served_dense else ""),
-                   trial, kept, str(recipe), str(entry), confirmation.run_dir)
-
-
-def _none_promoted(search: Search) -> Outcome:
-    """No trial promoted: the best one (fewest failing gates, then the most kept) and the
-    gates it still fails."""
-    decided = [(k, r) for k, r in search.rows.items() if r.status == "decided"]
-    if not decided:
-        return Outcome("none_promoted", f"no trial was judged ({search.stopped})")
-    # a trial stopped early left gates unjudged: it is the best only where every trial was
-    k, best = min(decided, key=lambda kr: (bool(kr[1].stopped_by), len(kr[1].failing_gates),
-                                           -kr[0]))
-    gates, why = _in_the_way(best)
-    return Outcome("none_promoted", f"no trial was promoted ({search.stopped}); the best, "
-                   f"`{best.candidate}` ({k} kept), is {best.decision}: {why}",
-                   best.candidate, still_failing=gates)
-
-
-def _in_the_way(row: SweepRow) -> tuple[list[str], str]:
-    """The gates between a trial and promotion, and how to say so: those it fails, or, when
-    it fails none, those its items left undecided. A reject's undecided gates are counted,
-    not listed as failures: its sample never had to settle them."""
-    if row.failing_gates:
-        open_ = (f"; {len(row.inconclusive_gates)} more not settled by its items"
-                 if row.inconclusive_gates else "")
-        stopped = (f"; stopped early, not measured: {', '.join(row.not_measured)}"
-                   if row.stopped_by else "")
-        return row.failing_gates, f"fails {', '.join(row.failing_gates)}{open_}{stopped}"
-    return row.inconclusive_gates, f"not shown within margin: {', '.join(row.inconclusive_gates)}"
-
-
-_PYTHON_TAG = re.compile(r"!!python/object/apply:[\w.]+\s*\[\s*(\w+)\s*\]")
-
-
-def _hand_back(p: Plan, trial: str, run_dir: Path, tune_dir: Path) -> tuple[Path, Path]:
-    """The chosen trial's llm-compressor recipe, as the quantiser saved it beside the
-    weights, and a `candidates:` entry naming it. The saved recipe spells enum values as
-    Python object tags, which YAML readers refuse; they become their plain values."""
-    built = json.loads((run_dir / "quantize.json").read_text())  # the quantise stage's
-    text = _PYTHON_TAG.sub(r"\1", (Path(built["path"]) / "recipe.yaml").read_text())
-    yaml.safe_load(text)  # a recipe that does not read back is not handed back
-    recipe = inside(tune_dir, f"{trial}.recipe.yaml")  # a name from the config, not a path
-    recipe.write_text(f"# workbench tune: the recipe of {trial} (artifact {built['key'][:12]})"
-                      f", as llm-compressor saved it\n{text}")
-    cand = p.cfg.candidates[p.candidate_name]
-    entry = {"candidates": {f"{trial}": {
-        "recipe_file": str(recipe.resolve()),
-        **({"kv_cache_dtype": cand.kv_cache_dtype} if cand.kv_cache_dtype != "auto" else {}),
-        **({"engine_args": cand.engine_args} if cand.engine_args else {})}}}
-    candidate = tune_dir / "candidate.yaml"
-    candidate.write_text(yaml.safe_dump(entry, sort_keys=False))
-    return recipe, candidate
+def _sensitivity_json(sens: Sensitivity) -> SensitivityJson:
+    ranked = sorted(sens.blocks, key=lambda b: (-b.kl_mean, b.block))
+    return SensitivityJson(
+        method=METHOD, bits=sens.bits, group_size=sens.group_size,
+        ranked=[{"block": b.block, "kl_mean": b.kl_mean,
+                 "top1_agreement": b.top1_agreement} for b in ranked],
+        passages=sens.passages, tokens=sens.tokens, seconds=sens.seconds,
+        cache_hit=sens.cache_hit)
 
 
 def _log_tune(tracker: Tracker, record: TuneRecord, tune_dir: Path) -> None:

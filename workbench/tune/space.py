@@ -16,40 +16,24 @@ import itertools
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
-from pydantic import Field
+from pydantic import ValidationError
 
 from workbench.config.candidate import Candidate, ModuleOverride
-from workbench.mechanisms.yaml_io import StrictModel
+from workbench.config.tune import TuneSpace
 from workbench.quantize.formats import (
     dense_reason,
     format_of_candidate,
     group_size_problems,
     unsupported_reason,
 )
+from workbench.quantize.sensitivity import keep_blocks_ignore
 
 __all__ = ["METHOD_PRIOR", "SpacePoint", "TuneSpace", "linear_shapes", "points",
            "weight_bytes"]
 
 METHOD_PRIOR = ("gptq", "awq", "rtn")  # at equal size: the order tried (a stated prior)
 SCALE_BITS = 16  # a group's scale, stored in the baseline's 16-bit dtype
-Method = Literal["gptq", "awq", "rtn"]
-DEFAULT_METHODS: tuple[Method, ...] = ("gptq", "awq")
-
-
-def _no_overrides() -> list[list[ModuleOverride]]:
-    return [[]]
-
-
-class TuneSpace(StrictModel):
-    """The axes of the space; every combination is a point."""
-
-    methods: list[Method] = Field(default_factory=lambda: list(DEFAULT_METHODS), min_length=1)
-    symmetric: list[bool] = Field(default_factory=lambda: [True, False], min_length=1)
-    group_sizes: list[int] = Field(default_factory=lambda: [128, 64, 32], min_length=1)
-    # each entry one value of the axis: a set of overrides (none: the recipe everywhere)
-    overrides: list[list[ModuleOverride]] = Field(default_factory=_no_overrides, min_length=1)
 
 
 @dataclass(frozen=True)
@@ -57,13 +41,22 @@ class SpacePoint:
     name: str
     candidate: Candidate
     weight_bytes: int  # estimated from config.json
+    kept: tuple[int, ...] = ()  # decoder blocks left in 16-bit, the most sensitive first
 
     @property
     def label(self) -> str:
         c = self.candidate
         text = f"{c.resolved_method} {'sym' if c.resolved_symmetric else 'asym'} " \
                f"g{c.resolved_group_size}"
-        return text + "".join(f", {o.bits}-bit: {' '.join(o.targets)}" for o in c.overrides)
+        text += "".join(f", {o.bits}-bit: {' '.join(o.targets)}" for o in c.overrides)
+        return text + (f", blocks {sorted(self.kept)} in 16-bit" if self.kept else "")
+
+    def values(self) -> dict:
+        """The point's recipe values, as tune.json states them."""
+        c = self.candidate
+        return {"method": c.resolved_method, "symmetric": c.resolved_symmetric,
+                "group_size": c.resolved_group_size,
+                "overrides": [o.model_dump() for o in c.overrides], "kept": list(self.kept)}
 
 
 def linear_shapes(config: dict) -> dict[str, tuple[int, int]]:
@@ -79,10 +72,10 @@ def linear_shapes(config: dict) -> dict[str, tuple[int, int]]:
             "mlp.down_proj": (inter, hidden)}
 
 
-def weight_bytes(cand: Candidate, config: dict) -> int:
+def weight_bytes(cand: Candidate, config: dict, kept: tuple[int, ...] = ()) -> int:
     """The bytes the candidate's weights would take: each decoder linear of every block at
-    its bits plus a scale (and a zero point where asymmetric) per group; everything else
-    at 16 bits."""
+    its bits plus a scale (and a zero point where asymmetric) per group; the kept blocks
+    and everything else at 16 bits."""
     text = config.get("text_config", config)
     group = cand.resolved_group_size or 1
     total = 16 * text["vocab_size"] * text["hidden_size"]  # embeddings (a tied head: once)
@@ -90,7 +83,7 @@ def weight_bytes(cand: Candidate, config: dict) -> int:
         total *= 2
     for block in range(text["num_hidden_layers"]):
         for part, (width_in, width_out) in linear_shapes(config).items():
-            bits = cand.module_bits(f"model.layers.{block}.{part}")
+            bits = 16 if block in kept else cand.module_bits(f"model.layers.{block}.{part}")
             per_weight = 16 if bits == 16 else bits + (SCALE_BITS + (
                 0 if cand.resolved_symmetric else bits)) / group
             total += int(per_weight * width_in * width_out)
@@ -98,38 +91,58 @@ def weight_bytes(cand: Candidate, config: dict) -> int:
 
 
 def _candidate(base: Candidate, method: str, symmetric: bool, group: int,
-               overrides: list[ModuleOverride]) -> Candidate:
+               overrides: list[ModuleOverride], kept: tuple[int, ...]) -> Candidate:
+    entry = keep_blocks_ignore(list(kept))  # llm-compressor leaves these blocks unquantised
     return Candidate(recipe=base.recipe, method=method,  # type: ignore[arg-type]
                      symmetric=symmetric, group_size=group, overrides=overrides,
-                     ignore=base.ignore, kv_cache_dtype=base.kv_cache_dtype,
-                     engine_args=base.engine_args)
+                     ignore=[*base.ignore, *([entry] if entry else [])],
+                     kv_cache_dtype=base.kv_cache_dtype, engine_args=base.engine_args)
 
 
-def _name(base: str, method: str, symmetric: bool, group: int, index: int) -> str:
+def _name(base: str, method: str, symmetric: bool, group: int, index: int, keep: int) -> str:
     return f"{base}-{method}-{'sym' if symmetric else 'asym'}-g{group}" + (
-        f"-o{index}" if index else "")
+        f"-o{index}" if index else "") + (f"-keep{keep}" if keep else "")
+
+
+def _left_out(model_dir: Path, cand: Candidate, device: str) -> str | None:
+    """Why this device or the model's widths cannot take the point (None: they can)."""
+    group = cand.resolved_group_size or 0
+    ragged = group_size_problems(model_dir, group)
+    if ragged:
+        return f"group size {group} does not divide {'; '.join(ragged)}"
+    fmt = format_of_candidate(cand)
+    if fmt is None or dense_reason(fmt, device):
+        return None  # served dense where there is no int4 kernel
+    return unsupported_reason(fmt, device)
 
 
 def points(base_name: str, base: Candidate, space: TuneSpace, model_dir: Path,
-           device: str) -> tuple[list[SpacePoint], list[tuple[str, str]]]:
-    """Every point of the space, cheapest first, and each one left out with why."""
+           device: str, ranked: list[int] | None = None
+           ) -> tuple[list[SpacePoint], list[tuple[str, str]]]:
+    """Every point of the space, cheapest first, and each one left out with why. `ranked`:
+    the decoder blocks, the most sensitive first (needed where the keep axis is above 0)."""
     config = json.loads((model_dir / "config.json").read_text())
+    ranked = ranked or []
     kept, left = [], []
-    for (method, sym, group, (index, overrides)) in itertools.product(
-            space.methods, space.symmetric, space.group_sizes, enumerate(space.overrides)):
-        name = _name(base_name, method, sym, group, index)
-        ragged = group_size_problems(model_dir, group)
-        if ragged:
-            left.append((name, f"group size {group} does not divide {'; '.join(ragged)}"))
+    for (method, sym, group, (index, overrides), keep) in itertools.product(
+            space.methods, space.symmetric, space.group_sizes, enumerate(space.overrides),
+            space.keep):
+        name = _name(base_name, method, sym, group, index, keep)
+        if keep > len(ranked):
+            left.append((name, f"keep {keep}: the sensitivity ranking has {len(ranked)} "
+                               "blocks"))
             continue
-        cand = _candidate(base, method, sym, group, overrides)
-        fmt = format_of_candidate(cand)
-        why = None if fmt is None or dense_reason(fmt, device) else \
-            unsupported_reason(fmt, device)  # served dense where there is no int4 kernel
+        blocks = tuple(ranked[:keep])
+        try:
+            cand = _candidate(base, method, sym, group, overrides, blocks)
+        except ValidationError as err:  # a combination a candidate refuses (candidate.py)
+            left.append((name, err.errors()[0]["msg"].removeprefix("Value error, ")))
+            continue
+        why = _left_out(model_dir, cand, device)
         if why:
             left.append((name, why))
             continue
-        kept.append(SpacePoint(name, cand, weight_bytes(cand, config)))
+        kept.append(SpacePoint(name, cand, weight_bytes(cand, config, blocks), blocks))
     kept.sort(key=lambda p: (p.weight_bytes, METHOD_PRIOR.index(p.candidate.resolved_method
                                                                 or "gptq")))
     return kept, left

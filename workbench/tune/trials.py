@@ -1,12 +1,17 @@
-"""A trial: the rejected candidate's recipe with its k most sensitive blocks kept in
-16-bit, as an ordinary candidate that evaluate's stages build, cache and judge."""
+"""A trial: an ordinary candidate that evaluate's stages build, cache and judge. Either the
+candidate's recipe with its k most sensitive blocks kept in 16-bit (the keep-k search), or
+a point of the config's `tune.space` (tune/space.py)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from workbench.config.run_config import Candidate, RunConfig
 from workbench.quantize.sensitivity import Sensitivity, keep_blocks_ignore
+from workbench.tune.space import SpacePoint
 
-__all__ = ["trial_candidate", "trial_config", "trial_name"]
+__all__ = ["TrialSpec", "keep_spec", "point_spec", "trial_candidate", "trial_config",
+           "trial_name"]
 
 
 def trial_name(name: str, kept: int) -> str:
@@ -25,9 +30,29 @@ def trial_candidate(cand: Candidate, sensitivity: Sensitivity, kept: int) -> Can
     return cand.model_copy(update={"ignore": [*cand.ignore, entry]})
 
 
-def trial_config(cfg: RunConfig, name: str, sensitivity: Sensitivity, kept: int
-                 ) -> tuple[RunConfig, str]:
-    """The run's config with the trial among its candidates, and the trial's name."""
-    trial = trial_name(name, kept)
-    cand = trial_candidate(cfg.candidates[name], sensitivity, kept)
-    return cfg.model_copy(update={"candidates": {**cfg.candidates, trial: cand}}), trial
+@dataclass(frozen=True)
+class TrialSpec:
+    """One trial as the search runs it: its name, its candidate, the decoder blocks it
+    leaves in 16-bit, and its recipe in words."""
+
+    name: str
+    candidate: Candidate
+    kept: tuple[int, ...]
+    label: str
+
+
+def keep_spec(name: str, cand: Candidate, sensitivity: Sensitivity, kept: int) -> TrialSpec:
+    """The trial that keeps the `kept` most sensitive blocks of the candidate as stated."""
+    blocks = tuple(sensitivity.ranked()[:kept])
+    return TrialSpec(trial_name(name, kept), trial_candidate(cand, sensitivity, kept), blocks,
+                     f"blocks {list(blocks)} kept in 16-bit" if blocks
+                     else "the recipe as stated")
+
+
+def point_spec(point: SpacePoint) -> TrialSpec:
+    return TrialSpec(point.name, point.candidate, point.kept, point.label)
+
+
+def trial_config(cfg: RunConfig, spec: TrialSpec) -> RunConfig:
+    """The run's config with the trial among its candidates."""
+    return cfg.model_copy(update={"candidates": {**cfg.candidates, spec.name: spec.candidate}})

@@ -1,0 +1,108 @@
+"""The two searches of a tune (tune/walk.py), driven by a stand-in runner that answers each
+trial with a decision, so that the search's own logic is what is tested: the walk over a
+space tries its points cheapest first and stops at the first promoted; a failed trial and
+the budget end either search; the keep-k search settles on the fewest blocks promoted."""
+
+from __future__ import annotations
+
+import pytest
+
+from workbench.config.run_config import Candidate
+from workbench.config.tune import TuneConfig, TuneSpace
+from workbench.sweep.table import SweepRow
+from workbench.tune.budget import Budget
+from workbench.tune.outcome import none_promoted
+from workbench.tune.trials import TrialSpec
+from workbench.tune.walk import search_kept, walk_space
+
+CAND = Candidate(recipe="w4a16", group_size=64)
+
+
+def spec(name: str, kept: tuple[int, ...] = ()) -> TrialSpec:
+    return TrialSpec(name, CAND, kept, f"recipe {name}")
+
+
+class Answers:
+    """A runner that decides each trial by name and keeps the order it was asked in."""
+
+    def __init__(self, decisions: dict[str, str], status: dict[str, str] | None = None):
+        self.decisions, self.status, self.asked = decisions, status or {}, []
+
+    def __call__(self, s: TrialSpec) -> SweepRow:
+        self.asked.append(s.name)
+        status = self.status.get(s.name, "decided")
+        return SweepRow(s.name, status, decision=self.decisions.get(s.name),
+                        reason="engine died" if status == "failed" else "",
+                        failing_gates=[] if self.decisions.get(s.name) == "promote"
+                        else ["quality:arithmetic"])
+
+
+def free(_rows) -> float:
+    return 0.0
+
+
+BUDGET = Budget(max_trials=10, max_hours=1.0)
+SPECS = [spec("sym-g128"), spec("sym-g64"), spec("asym-g32"), spec("asym-g32-keep1", (2,))]
+
+
+def test_the_walk_stops_at_the_first_point_promoted_the_cheapest() -> None:
+    runner = Answers({"sym-g128": "reject", "sym-g64": "inconclusive", "asym-g32": "promote",
+                      "asym-g32-keep1": "promote"})
+    search = walk_space(SPECS, runner, BUDGET, 0.0, free, clock=lambda: 0.0)
+    assert runner.asked == ["sym-g128", "sym-g64", "asym-g32"]  # the dearer one not needed
+    assert search.chosen() == 2 and search.specs[2].name == "asym-g32"
+    assert "`asym-g32` (recipe asym-g32) is the cheapest point promoted" in search.stopped
+    assert "the 1 dearer point(s) were not needed" in search.stopped
+    assert not search.failed
+
+
+def test_a_space_with_no_promoted_point_is_walked_to_its_end() -> None:
+    runner = Answers({s.name: "reject" for s in SPECS})
+    search = walk_space(SPECS, runner, BUDGET, 0.0, free, clock=lambda: 0.0)
+    assert runner.asked == [s.name for s in SPECS] and search.chosen() is None
+    assert search.stopped == "every point of the space was tried (4) and none was promoted"
+    best = none_promoted(search)
+    assert best.status == "none_promoted" and "(recipe asym-g32-keep1)" in best.reason
+    assert search.kept(3) == [2]
+
+
+def test_the_budget_and_a_failed_trial_end_the_walk() -> None:
+    runner = Answers({s.name: "reject" for s in SPECS})
+    search = walk_space(SPECS, runner, Budget(max_trials=2, max_hours=1.0), 0.0, free,
+                        clock=lambda: 0.0)
+    assert runner.asked == ["sym-g128", "sym-g64"]
+    assert search.stopped == ("the budget of 2 trial(s) was spent; 2 point(s) of the space "
+                              "not tried")
+    # a trial priced past the hours left is not started
+    late = walk_space(SPECS, Answers({}), BUDGET, 0.0, lambda rows: 1800.0,
+                      clock=lambda: 2000.0)
+    assert late.rows == {} and "could be passed by the next trial" in late.stopped
+    broken = Answers({"sym-g128": "reject"}, status={"sym-g64": "failed"})
+    search = walk_space(SPECS, broken, BUDGET, 0.0, free, clock=lambda: 0.0)
+    assert broken.asked == ["sym-g128", "sym-g64"] and search.failed
+    assert search.stopped == "trial sym-g64 failed: engine died"
+
+
+def test_the_keep_search_doubles_then_bisects_to_the_fewest_blocks_promoted() -> None:
+    passes_from = 3  # keeping 3 or more blocks passes
+    asked: list[int] = []
+
+    def runner(s: TrialSpec) -> SweepRow:
+        asked.append(len(s.kept))
+        return SweepRow(s.name, "decided",
+                        decision="promote" if len(s.kept) >= passes_from else "reject")
+
+    search = search_kept(lambda k: spec(f"keep{k}", tuple(range(k))), 30, runner, BUDGET, 0.0,
+                         free, clock=lambda: 0.0)
+    assert asked == [0, 1, 2, 4, 3]
+    assert search.chosen() == 3 and search.stopped == "settled: keeping 3 block(s) is the " \
+        "fewest promoted (2 was not)"
+
+
+def test_the_space_axes_refuse_repeats_and_impossible_values() -> None:
+    for bad in ({"group_sizes": [64, 64]}, {"keep": [-1]}, {"group_sizes": [0]},
+                {"methods": ["gptq", "gptq"]}, {"methods": ["autoround"]}):
+        with pytest.raises(ValueError):
+            TuneSpace(**bad)
+    assert TuneConfig().space is None  # no space: the keep-k search
+    assert TuneSpace().keep == [0] and TuneSpace().group_sizes == [128, 64, 32]

@@ -1,0 +1,101 @@
+"""The two searches a tune runs, over trials it is handed a runner for:
+
+- the keep-k search: the candidate's recipe with its k most sensitive blocks kept in 16-bit,
+  k = 0, doubling, then bisection (schedule.py), until the fewest promoted is known;
+- the walk over a space of recipes (the config's `tune.space`): the points cheapest first
+  (space.py), until the first the policy promotes, which is then the cheapest promoted.
+
+Both stop on the budget (trials, and hours: no trial starts that could pass it, priced by
+budget.py) and on a trial whose measurement failed (the trials before it are kept).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+
+from workbench.sweep.table import SweepRow
+from workbench.tune.budget import Budget
+from workbench.tune.outcome import Search
+from workbench.tune.schedule import PASS, next_kept
+from workbench.tune.trials import TrialSpec
+
+__all__ = ["Pricer", "Runner", "over_budget", "search_kept", "walk_space"]
+
+Runner = Callable[[TrialSpec], SweepRow]
+Pricer = Callable[[Iterable[SweepRow]], float]  # the next trial's worst-case seconds
+
+
+def over_budget(search: Search, budget: Budget, started: float, price: float,
+                clock: Callable[[], float]) -> str | None:
+    """Why the next trial may not start (None: it may)."""
+    spent = clock() - started
+    if len(search.rows) >= budget.max_trials:
+        return f"the budget of {budget.max_trials} trial(s) was spent"
+    if spent + price > budget.max_hours * 3600:
+        return (f"the budget of {budget.max_hours:g} h could be passed by the next trial "
+                f"({spent:.0f} s spent; the next may take up to {price:.0f} s if it looks "
+                "twice, docs/tune.md 'Budget')")
+    return None
+
+
+def _ran(search: Search, key: int, spec: TrialSpec, run: Runner) -> bool:
+    """Run one trial into the search; False when its measurement did not decide (it ends
+    the search: failed, or not judged)."""
+    row = run(spec)
+    search.rows[key], search.specs[key] = row, spec
+    if row.status == "decided":
+        return True
+    search.failed = row.status == "failed"
+    search.stopped = f"trial {row.candidate} {row.status}: {row.reason}"
+    return False
+
+
+def search_kept(spec_for: Callable[[int], TrialSpec], blocks: int, run: Runner,
+                budget: Budget, started: float, price: Pricer,
+                clock: Callable[[], float] = time.perf_counter) -> Search:
+    """k = 0, doubling, bisection until settled or out of budget."""
+    search = Search()
+    while True:
+        k = next_kept(search.decisions(), blocks)
+        if k is None:
+            search.stopped = _settled_text(search)
+            return search
+        why = over_budget(search, budget, started, price(search.rows.values()), clock)
+        if why is not None:
+            search.stopped = why
+            return search
+        if not _ran(search, k, spec_for(k), run):
+            return search
+
+
+def _settled_text(search: Search) -> str:
+    chosen = search.chosen()
+    if chosen is None:
+        return "every block was kept and no trial was promoted"
+    below = [k for k in search.rows if k < chosen]
+    return (f"settled: keeping {chosen} block(s) is the fewest promoted"
+            + (f" ({max(below)} was not)" if below else " (the recipe as stated)"))
+
+
+def walk_space(specs: list[TrialSpec], run: Runner, budget: Budget, started: float,
+               price: Pricer, clock: Callable[[], float] = time.perf_counter) -> Search:
+    """The points in order (cheapest first) until one is promoted, the space is spent, or
+    the budget is."""
+    search = Search()
+    for index, spec in enumerate(specs):
+        why = over_budget(search, budget, started, price(search.rows.values()), clock)
+        if why is not None:
+            search.stopped = f"{why}; {len(specs) - index} point(s) of the space not tried"
+            return search
+        if not _ran(search, index, spec, run):
+            return search
+        if search.rows[index].decision_here == PASS:
+            left = len(specs) - index - 1
+            search.stopped = (f"`{spec.name}` ({spec.label}) is the cheapest point promoted"
+                              + (f"; the {left} dearer point(s) were not needed" if left
+                                 else ""))
+            return search
+    search.stopped = (f"every point of the space was tried ({len(specs)}) and none was "
+                      "promoted" if specs else "the space has no point this device can take")
+    return search
