@@ -1,0 +1,86 @@
+"""One traffic request's two answers held against each other, with no reference (issue 49,
+step 2's per-item measures): whether the candidate still answers as the baseline did.
+
+Each measure is a property of one side's answer, so that the paired comparison downstream
+asks the same question of both models (the baseline's own figure is its answer held against
+itself where that is the point, e.g. agreement is 1 by definition):
+- agreement: equal after normalisation (Unicode NFKC, case, whitespace), and chrF, the
+  character n-gram F-score of sacrebleu (Popović 2015; recall weighted twice, so an answer
+  cut short loses more than one padded), of the normalised answers, on 0..1;
+- generation health and refusal, by the workbench's own detectors (scorers/generation_health,
+  scorers/refusal): a segment whose refusals rise *or* fall has changed;
+- the answer's length over the baseline's (characters);
+- where the request asked for JSON (a `json_schema` response format), validity against it.
+
+A broken candidate gains nothing here: an empty, looping, garbage or off-topic answer
+agrees with a real one neither exactly nor by chrF, fails health, and its length ratio
+moves away from 1 in either direction.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+import jsonschema
+
+from workbench.suites.scorers.generation_health import generation_health
+from workbench.suites.scorers.refusal import is_refusal
+from workbench.suites.scorers.structured import extract_json
+
+__all__ = ["AnswerMeasures", "chrf", "measure_answer", "normalise"]
+
+
+def normalise(text: str) -> str:
+    """The text as compared for exact agreement: NFKC, case-folded, whitespace collapsed."""
+    return " ".join(unicodedata.normalize("NFKC", text).casefold().split())
+
+
+@lru_cache(maxsize=1)
+def _chrf_metric() -> Any:
+    from sacrebleu.metrics import CHRF  # imported once, where a traffic suite is scored
+
+    return CHRF()
+
+
+def chrf(answer: str, reference: str) -> float:
+    """sacrebleu's sentence-level chrF of `answer` against `reference`, both normalised
+    first (case and spacing are not what a quantised model changes), on 0..1 (two empty
+    texts agree: 1)."""
+    answer, reference = normalise(answer), normalise(reference)
+    if not answer and not reference:
+        return 1.0
+    return float(_chrf_metric().sentence_score(answer, [reference]).score) / 100.0
+
+
+@dataclass(frozen=True)
+class AnswerMeasures:
+    exact: bool  # equal to the baseline's answer after normalise()
+    chrf: float  # against the baseline's answer, 0..1
+    healthy: bool
+    health_reason: str
+    refused: bool
+    length_ratio: float | None  # characters over the baseline's (None: the baseline's empty)
+    schema_valid: bool | None  # None: the request asked for no schema
+
+
+def measure_answer(answer: str, baseline_answer: str, prompt: str,
+                   schema: dict[str, Any] | None = None, truncated: bool = False
+                   ) -> AnswerMeasures:
+    """One answer held against the baseline's answer to the same request."""
+    health = generation_health(answer, prompt, truncated)
+    base_len = len(baseline_answer.strip())
+    return AnswerMeasures(
+        exact=normalise(answer) == normalise(baseline_answer),
+        chrf=round(chrf(answer, baseline_answer), 4),
+        healthy=health.healthy, health_reason=health.reason, refused=is_refusal(answer),
+        length_ratio=round(len(answer.strip()) / base_len, 4) if base_len else None,
+        schema_valid=None if schema is None else _valid(answer, schema))
+
+
+def _valid(answer: str, schema: dict[str, Any]) -> bool:
+    parsed, value = extract_json(answer)
+    return bool(parsed) and not any(
+        jsonschema.Draft202012Validator(schema).iter_errors(value))
