@@ -7,15 +7,18 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 from hypothesis import given
 from hypothesis import strategies as st
+from rich.console import Console
 
 from workbench.cli import main
 from workbench.suites.definition import load_suite
 from workbench.suites.results import ItemResult, summarise
 from workbench.suites.split import ItemSplit
 from workbench.sweep.table import SweepRecord, SweepRow, rank
+from workbench.tune.budget import Budget
 from workbench.tune.record import (
     SCHEMA_FILE,
     Outcome,
@@ -25,6 +28,7 @@ from workbench.tune.record import (
     validate_tune,
     write_tune,
 )
+from workbench.tune.trials import TrialSpec
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT = REPO / "configs" / "default.yaml"
@@ -174,3 +178,41 @@ def test_a_space_no_point_of_which_the_model_takes_is_refused_up_front(tmp_path:
     assert "tune.space: no point of the space can be built and served here: " \
            "int4-gptq-sym-g128: group size 128 does not divide" in " ".join(tuned.output.split())
     assert not (tmp_path / "runs").exists()
+
+
+def test_tune_measure_all_reaches_every_trial(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`tune --measure-all` measures each trial in full: the flag travels in the budget to
+    the trial's evaluate (measure_all=True), and by default trials are stopped early."""
+    import importlib
+
+    from workbench.tune import run as tune_run
+
+    tune_cli = importlib.import_module("workbench.cli.tune")  # the module, not the command
+
+    seen: list[bool] = []
+
+    def fake_row(*args, measure_all: bool = False, **kwargs) -> SweepRow:
+        seen.append(measure_all)
+        return SweepRow("t", "decided", decision="reject")
+
+    monkeypatch.setattr(tune_run, "evaluate_row", fake_row)
+
+    class FakePlan:
+        cfg = type("C", (), {"seed": 0})()
+        policy = type("P", (), {"sweep": type("S", (), {"quality": "worst_lower_bound"})()})()
+
+        def variant(self, *args):
+            return self
+
+    budgets: list[Budget] = []
+    monkeypatch.setattr(tune_cli, "run_tune", lambda cfg, name, runs, con, budget: (
+        budgets.append(budget), type("R", (), {"exit_code": 0})())[1])
+    for flags in ([], ["--measure-all"]):
+        result = CliRunner().invoke(main, ["tune", "--config", str(DEFAULT), "--candidate",
+                                           "int4", *flags])
+        assert result.exit_code == 0, result.output
+        monkeypatch.setattr(tune_run, "trial_config", lambda cfg, spec: cfg)
+        tune_run._trial(FakePlan(), TrialSpec("t", None, (), "x"),  # type: ignore[arg-type]
+                        Path("/nonexistent"), Console(quiet=True), None,  # type: ignore[arg-type]
+                        budgets[-1])
+    assert [b.measure_all for b in budgets] == [False, True] and seen == [False, True]

@@ -31,21 +31,28 @@ __all__ = ["tune"]
               show_default=True, help="What 'cheapest' means among the trials promoted: "
               "weights on disk, $ per million output tokens at the SLO, throughput there, "
               "KV-cache capacity.")
+@click.option("--measure-all", is_flag=True,
+              help="Measure every trial in full, even once a gate has failed past doubt "
+                   "(by default a trial is stopped there, as evaluate stops a candidate).")
 @profile_option
 @candidate_job
 def tune(config_path: str, candidate: str, runs_dir: Path, max_trials: int,
-         max_hours: float, objective: Objective, profile: str | None) -> int:
+         max_hours: float, objective: Objective, measure_all: bool,
+         profile: str | None) -> int:
     """Search for the cheapest variant of a rejected candidate that the policy promotes.
 
-    Ranks the candidate's decoder blocks by layer sensitivity, then evaluates trials that
-    keep the k most sensitive blocks in 16-bit (k = 0, 1, 2, 4, ... then bisection), each
-    judged by the policy's gates on the search half of every suite's items; the chosen
-    trial is judged again on the held-out half. Writes tune.json, tune.md, a plot and the
-    recipe file. Every trial is cached by content: run it again to resume. Exit 0 with a
-    confirmed recipe, 1 without, 2 bad input, 3 when a trial's measurement failed.
+    Where the config declares tune.space (the default config does, for int4), tries its
+    recipes (methods, symmetric or not, group sizes, overrides, blocks kept in 16-bit)
+    cheapest first until the policy promotes one. Without one, ranks the candidate's
+    decoder blocks by layer sensitivity and tries keeping the k most sensitive in 16-bit
+    (k = 0, 1, 2, 4, ... then bisection). Each trial is judged by the policy's gates on
+    the search half of every suite's items; the chosen trial is judged again on the
+    held-out half. Writes tune.json, tune.md, a plot and the recipe file. Every trial is
+    cached by content: run it again to resume. Exit 0 with a confirmed recipe, 1 without,
+    2 bad input, 3 when a trial's measurement failed.
     """
 
     install_sigterm_as_interrupt()
     cfg = load_run_config(config_path, None, profile=profile)
-    budget = Budget(max_trials, max_hours, objective)
+    budget = Budget(max_trials, max_hours, objective, measure_all)
     return run_tune(cfg, candidate, runs_dir, console, budget).exit_code

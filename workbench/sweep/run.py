@@ -216,16 +216,17 @@ def _join(cfg: RunConfig, names: list[str], outputs: Outputs, address: str) -> C
 
 def evaluate_row(p: Plan, run_dir: Path, console: Console, remeasure: bool,
                   parent: Tracker, objective: Objective, quality: QualityMeasure,
-                  measured_in: Callable[[Path], Any] | None = None) -> SweepRow:
+                  measured_in: Callable[[Path], Any] | None = None,
+                  measure_all: bool = False) -> SweepRow:
     """measured_in: what a Ray task measured, handed over into run_dir (fanout.py);
-    None: measured here."""
+    None: measured here. measure_all: not stopped where a gate fails past doubt."""
 
     run_dir.mkdir()
     started = time.perf_counter()
     handed = functools.partial(measured_in, run_dir) if measured_in is not None else None
     try:
         rec = evaluate_planned(p, run_dir, console, remeasure, parent=parent, measured=handed,
-                               measure_all=False)
+                               measure_all=measure_all)
     except InputError as err:  # found only after building (a recipe_file's format)
         return SweepRow(p.candidate_name, "skipped", str(err), run_dir=str(run_dir))
     except InfraError as err:

@@ -33,6 +33,9 @@ class Budget:
     # what "cheapest" means among the trials promoted (the table's x-axis too); keeping a
     # block only ever adds bytes, so on weights the fewest kept blocks win
     objective: Objective = "weights"
+    # measure every trial in full (`tune --measure-all`): what stopping early saves is then
+    # the difference between two tunes of the same space (benchmarks/early_stop.py)
+    measure_all: bool = False
 
 
 def second_look_growth(p: Plan) -> float:

@@ -114,7 +114,7 @@ def run_tune(cfg: RunConfig, name: str, runs_root: Path, console: Console,
     tags = {"kind": "tune", "candidate": name, "device": base.device}
     with tracker_for(cfg, f"tune {name}", tags, console) as tracker:
         run = functools.partial(_trial, base, tune_dir=tune_dir, console=console,
-                                tracker=tracker, objective=budget.objective)
+                                tracker=tracker, budget=budget)
         sens, search, space = _search(base, tune_dir, console, run, budget, started)
         trials = _table(base, search, tune_dir, started, budget.objective)
         chosen = None if search.failed else pick_trial(search, trials)
@@ -168,15 +168,15 @@ def _sensitivity(p: Plan, tune_dir: Path, console: Console) -> Sensitivity:
 
 
 def _trial(p: Plan, spec: TrialSpec, tune_dir: Path, console: Console, tracker: Tracker,
-           objective: Objective, part: str = "search") -> SweepRow:
+           budget: Budget, part: str = "search") -> SweepRow:
     """One trial through evaluate's stages, judged on one half of the items."""
     trial = p.variant(trial_config(p.cfg, spec), spec.name,
                       ItemSplit("search" if part == "search" else "confirm", p.cfg.seed))
     console.rule(f"{'trial' if part == 'search' else 'confirmation'} {spec.name}: "
                  f"{spec.label}, judged on the {part} half")
     folder = inside(tune_dir, spec.name if part == "search" else f"confirm-{spec.name}")
-    return evaluate_row(trial, folder, console, False, tracker, objective,
-                        p.policy.sweep.quality)
+    return evaluate_row(trial, folder, console, False, tracker, budget.objective,
+                        p.policy.sweep.quality, measure_all=budget.measure_all)
 
 
 def _say_space(pts: list[SpacePoint], left: list[tuple[str, str]], console: Console) -> None:
