@@ -51,8 +51,8 @@ def test_tune_walks_a_space_of_recipes_to_the_cheapest_promoted_and_confirms_it(
     record = json.loads((tune_dir / "tune.json").read_text())
     validate_tune(record)
     space = record["space"]
-    assert [p["name"] for p in space["points"]] == ["int4-gptq-sym-g64",
-                                                    "int4-gptq-sym-g64-keep1"]
+    # the point that builds int4 as stated is int4 itself, under its own name
+    assert [p["name"] for p in space["points"]] == ["int4", "int4-gptq-sym-g64-keep1"]
     assert space["points"][0]["weight_bytes"] < space["points"][1]["weight_bytes"]
     assert space["points"][1]["values"]["kept"] == [FRAGILE_BLOCK]
     assert {lo["name"] for lo in space["left_out"]} == {"int4-gptq-sym-g256",
@@ -60,13 +60,13 @@ def test_tune_walks_a_space_of_recipes_to_the_cheapest_promoted_and_confirms_it(
     assert all("does not divide" in lo["why"] for lo in space["left_out"])
     assert record["sensitivity"]["ranked"][0]["block"] == FRAGILE_BLOCK
     coarse, kept = record["trials"]["rows"]
-    assert (coarse["candidate"], coarse["decision"]) == ("int4-gptq-sym-g64", "reject")
+    assert (coarse["candidate"], coarse["decision"]) == ("int4", "reject")
     assert (kept["candidate"], kept["decision"]) == ("int4-gptq-sym-g64-keep1", "promote")
     # the symmetric coarse recipe failed its fidelity bound past doubt on its one suite:
     # stopped there, its load test not run, and the table and its record say so
     assert coarse["stopped_by"] == ["fidelity:heldout-text:kl_mean"]
     assert coarse["not_measured"] == ["load test"]
-    stop = json.loads((tune_dir / "int4-gptq-sym-g64" / "decision.json").read_text())
+    stop = json.loads((tune_dir / "int4" / "decision.json").read_text())
     assert stop["early_stop"]["gates"] == ["fidelity:heldout-text:kl_mean"]
     assert "is the cheapest point promoted" in record["stopped"]
     out = record["outcome"]

@@ -105,3 +105,41 @@ def test_credential_shaped_strings_are_found_and_can_be_redacted(tmp_path: Path)
     traffic = read_traffic(write(tmp_path, [{"prompt": f"my key is {keys['openai-key']}"},
                                             {"prompt": "nothing here"}]))
     assert [r.secrets for r in traffic.requests] == [("openai-key",), ()]
+
+
+def test_what_a_log_leaves_null_or_odd_is_read_or_named_without_its_value(
+        tmp_path: Path) -> None:
+    """A logged null is an absent field; a json_schema that is no object, a $ref to
+    nowhere, a boolean temperature and a number past the digit limit are problems; a
+    wrong field's value is named by its type, never quoted (it may be a prompt)."""
+    traffic = read_traffic(write(tmp_path, [{"prompt": "a", "max_completion_tokens": None,
+                                             "max_tokens": 40, "n": None, "tools": None}]))
+    assert traffic.requests[0].max_tokens == 40 and traffic.requests[0].n == 1
+    bad = [{"prompt": "a", "response_format": {"type": "json_schema", "json_schema": "x"}},
+           {"prompt": "b", "response_format": {"type": "json_schema", "json_schema": {
+               "schema": {"type": "object", "properties": {"p": {"$ref": "#/$defs/none"}}}}}},
+           {"prompt": "c", "temperature": True},
+           {"prompt": "d", "max_tokens": PROMPT},
+           '{"prompt": "e", "max_tokens": ' + "9" * 5000 + "}"]
+    with pytest.raises(InputError) as err:
+        read_traffic(write(tmp_path, bad))
+    text = "\n".join(err.value.problems)
+    assert "line 1: response_format.json_schema.schema: missing or not a JSON object" in text
+    assert "line 2: response_format.json_schema.schema: a $ref it cannot resolve" in text
+    assert "line 3: temperature: a number from 0 to 2, not true/false" in text
+    assert "line 4: max_tokens: a whole number of at least 1, not text" in text
+    assert "line 5: the line: not JSON this reader takes" in text
+    assert PROMPT not in text
+    good_ref = {"type": "object", "$defs": {"c": {"type": "string"}},
+                "properties": {"city": {"$ref": "#/$defs/c"}}}
+    ok = read_traffic(write(tmp_path, [{"prompt": "a", "response_format": {
+        "type": "json_schema", "json_schema": {"schema": good_ref}}}]))
+    assert ok.requests[0].schema == good_ref
+
+
+def test_a_credential_in_an_id_or_a_label_is_found_too(tmp_path: Path) -> None:
+    key = "ghp_" + "b" * 36
+    traffic = read_traffic(write(tmp_path, [{"id": f"req-{key}", "prompt": "a",
+                                             "segments": {"team": "x"}},
+                                            {"prompt": "b", "segments": {"team": key}}]))
+    assert [r.secrets for r in traffic.requests] == [("github-token",), ("github-token",)]

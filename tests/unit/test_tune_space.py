@@ -63,9 +63,17 @@ def test_points_come_cheapest_first_and_the_preset_is_one_of_them(smollm2: Path)
     assert [p.label for p in found[:2]] == ["gptq sym g64", "awq sym g64"]  # the prior
     assert found[-1].label == "awq asym g32"
     assert len({p.name for p in found}) == 8
-    preset = next(p for p in found if p.name == "int4-gptq-sym-g64")
+    # the point that builds the preset is the preset itself, under its own name, so the
+    # build and the measurement an evaluate made of it are found again
+    preset = next(p for p in found if p.name == "int4")
+    assert preset.candidate is PRESET and preset.label == "gptq sym g64"
     same = artifact_key("m", preset.candidate.recipe_params(), "s", {})
     assert same == artifact_key("m", PRESET.recipe_params(), "s", {})  # found in the cache
+    ordered = Candidate(recipe="w4a16", group_size=64, actorder="weight")
+    kept_order, _ = points("int4", ordered, space, smollm2, "cpu")
+    assert {p.candidate.actorder for p in kept_order if p.candidate.method == "gptq"} == \
+        {"weight"} and kept_order[0].candidate is ordered
+    assert {p.candidate.actorder for p in kept_order if p.candidate.method == "awq"} == {None}
 
 
 def test_a_point_the_widths_or_the_engine_cannot_take_is_left_out_with_why(
@@ -74,12 +82,12 @@ def test_a_point_the_widths_or_the_engine_cannot_take_is_left_out_with_why(
                       overrides=[[], [{"targets": ["re:.*down_proj"], "bits": 8}]])
     monkeypatch.setattr(formats, "cpu_vector_isa", lambda: "avx512")
     found, left = points("int4", PRESET, space, smollm2, "cpu")
-    assert [p.name for p in found] == ["int4-gptq-sym-g64"]
+    assert [p.name for p in found] == ["int4"]
     why = dict(left)
     assert "does not divide" in why["int4-gptq-sym-g128"] and "576" in why["int4-gptq-sym-g128"]
     assert "4-bit weights only" in why["int4-gptq-sym-g64-o1"]  # W4+8A16 on a CPU
     on_gpu, _ = points("int4", PRESET, space, smollm2, "cuda")
-    assert [p.name for p in on_gpu] == ["int4-gptq-sym-g64", "int4-gptq-sym-g64-o1"]
+    assert [p.name for p in on_gpu] == ["int4", "int4-gptq-sym-g64-o1"]
 
 
 def test_without_an_int4_kernel_the_points_are_kept_to_be_served_dense(
@@ -95,7 +103,7 @@ def test_the_keep_axis_leaves_the_most_sensitive_blocks_in_16_bit(smollm2: Path)
     left out, and a combination a candidate refuses is left out with its reason."""
     space = TuneSpace(methods=["gptq"], symmetric=[True], group_sizes=[64], keep=[0, 2, 99])
     found, left = points("int4", PRESET, space, smollm2, "cpu", ranked=[7, 3, 11])
-    assert [p.name for p in found] == ["int4-gptq-sym-g64", "int4-gptq-sym-g64-keep2"]
+    assert [p.name for p in found] == ["int4", "int4-gptq-sym-g64-keep2"]
     kept = found[1]
     assert kept.kept == (7, 3) and kept.label == "gptq sym g64, blocks [3, 7] in 16-bit"
     assert kept.candidate.module_bits("model.layers.7.mlp.down_proj") == 16

@@ -106,3 +106,25 @@ def test_the_space_axes_refuse_repeats_and_impossible_values() -> None:
             TuneSpace(**bad)
     assert TuneConfig().space is None  # no space: the keep-k search
     assert TuneSpace().keep == [0] and TuneSpace().group_sizes == [128, 64, 32]
+
+
+def test_a_promoted_trial_the_objective_cannot_rank_is_still_confirmed() -> None:
+    """--objective cost with no price (or throughput with no SLO level) leaves the table
+    without a recommendation: the trial confirmed is then the first promoted in the
+    search's order, never none."""
+    from workbench.sweep.table import Recommendation, SweepRecord
+    from workbench.tune.outcome import pick_trial
+
+    runner = Answers({"sym-g128": "reject", "sym-g64": "promote"})
+    search = walk_space(SPECS, runner, BUDGET, 0.0, free, clock=lambda: 0.0)
+    unranked = SweepRecord("m", "cpu", "g", "cost", "worst_lower_bound", "w", {},
+                           list(search.rows.values()), [],
+                           Recommendation(None, None, "no price: cost not known"), "d", "t")
+    assert pick_trial(search, unranked) == 1
+    ranked = SweepRecord("m", "cpu", "g", "weights", "worst_lower_bound", "w", {},
+                         list(search.rows.values()), [],
+                         Recommendation("sym-g64", None, "lightest"), "d", "t")
+    assert pick_trial(search, ranked) == 1
+    nothing = walk_space(SPECS, Answers({s.name: "reject" for s in SPECS}), BUDGET, 0.0, free,
+                         clock=lambda: 0.0)
+    assert pick_trial(nothing, unranked) is None

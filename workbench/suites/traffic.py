@@ -80,8 +80,9 @@ class TrafficRequest:
     def schema(self) -> dict[str, Any] | None:
         """The JSON Schema its answer must meet, where it asked for one."""
         fmt = self.response_format or {}
-        return (fmt.get("json_schema") or {}).get("schema") if fmt.get(
-            "type") == "json_schema" else None
+        spec = fmt.get("json_schema")
+        return spec.get("schema") if fmt.get("type") == "json_schema" and isinstance(
+            spec, dict) else None
 
 
 @dataclass(frozen=True)
@@ -135,6 +136,9 @@ def _request(number: int, text: str, problems: _Problems) -> TrafficRequest | No
     except json.JSONDecodeError as err:
         problems.add(number, "the line", f"not JSON ({err.msg} at column {err.colno})")
         return None
+    except ValueError:  # a number past Python's digit limit
+        problems.add(number, "the line", "not JSON this reader takes (a number too long)")
+        return None
     if not isinstance(row, dict):
         problems.add(number, "the line", "not a JSON object")
         return None
@@ -142,6 +146,9 @@ def _request(number: int, text: str, problems: _Problems) -> TrafficRequest | No
     if not isinstance(body, dict):
         problems.add(number, "body", "not a JSON object")
         return None
+    body = {k: v for k, v in body.items() if v is not None}  # a logged null is an absent field
+    if rid is not None and not isinstance(rid, str | int):
+        problems.add(number, "id", f"a string or a whole number, not {_kind(rid)}")
     before = len(problems.lines)
     messages = _messages(number, body, problems)
     segments = _labels(number, row.get("segments", body.get("metadata")), problems)
@@ -152,11 +159,14 @@ def _request(number: int, text: str, problems: _Problems) -> TrafficRequest | No
     request = {"messages": messages, **params}
     text = json.dumps(request, sort_keys=True)
     tools = tuple(params.pop("tools", ()))
+    rid = str(rid) if rid is not None else f"line-{number}"
+    # ids and labels are written to records: a credential in them counts too
+    written = json.dumps([rid, segments], ensure_ascii=False)
     return TrafficRequest(
-        id=str(rid) if rid is not None else f"line-{number}", line=number,
-        messages=tuple(messages), segments=segments, timestamp=stamp,
+        id=rid, line=number, messages=tuple(messages), segments=segments, timestamp=stamp,
         digest=hashlib.sha256(text.encode()).hexdigest(), tools=tools,
-        secrets=tuple(secret_kinds(text)), **params)
+        secrets=tuple(sorted(set(secret_kinds(text)) | set(secret_kinds(written)))),
+        **params)
 
 
 def _messages(number: int, body: dict, problems: _Problems) -> list[dict] | None:
@@ -205,16 +215,19 @@ def _params(number: int, body: dict, problems: _Problems) -> dict[str, Any]:
     tokens = body.get("max_completion_tokens", body.get("max_tokens"))
     if tokens is not None:
         if not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 1:
-            problems.add(number, "max_tokens", f"a whole number of at least 1, not {tokens!r}")
+            problems.add(number, "max_tokens", f"a whole number of at least 1, not "
+                                               f"{_kind(tokens)}")
         out["max_tokens"] = tokens
     temperature = body.get("temperature")
     if temperature is not None:
-        if not isinstance(temperature, int | float) or not 0 <= temperature <= 2:
-            problems.add(number, "temperature", f"a number from 0 to 2, not {temperature!r}")
+        if not isinstance(temperature, int | float) or isinstance(temperature, bool) or \
+                not 0 <= temperature <= 2:
+            problems.add(number, "temperature", f"a number from 0 to 2, not "
+                                                f"{_kind(temperature)}")
         out["temperature"] = temperature
     n = body.get("n", 1)
     if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= 16:
-        problems.add(number, "n", f"a whole number from 1 to 16, not {n!r}")
+        problems.add(number, "n", f"a whole number from 1 to 16, not {_kind(n)}")
     elif n > 1:
         out["n"] = n
     if body.get("response_format") is not None:
@@ -231,7 +244,8 @@ def _response_format(number: int, fmt: Any, problems: _Problems) -> None:
     if kind not in ("text", "json_object", "json_schema"):
         problems.add(number, "response_format.type", "text, json_object or json_schema")
     elif kind == "json_schema":
-        schema = (fmt.get("json_schema") or {}).get("schema")
+        spec = fmt.get("json_schema")
+        schema = spec.get("schema") if isinstance(spec, dict) else None
         _schema(number, "response_format.json_schema.schema", schema, problems)
 
 
@@ -257,8 +271,44 @@ def _schema(number: int, where: str, schema: Any, problems: _Problems) -> None:
         jsonschema.Draft202012Validator.check_schema(schema)
     except jsonschema.SchemaError as err:
         at = "/".join(str(p) for p in err.path) or "the top"
-        problems.add(number, where, f"not a valid JSON Schema (at {at}: {err.validator} "
-                                    f"{err.validator_value!r})")
+        problems.add(number, where, f"not a valid JSON Schema (at {at}: its "
+                                    f"{err.validator!r} keyword)")
+        return
+    if _unresolvable(schema):
+        problems.add(number, where, "a $ref it cannot resolve (a schema is used as given, "
+                                    "with no network or other files)")
+
+
+def _refs(node: Any) -> list[str]:
+    if isinstance(node, dict):
+        own = [node["$ref"]] if isinstance(node.get("$ref"), str) else []
+        return own + [r for v in node.values() for r in _refs(v)]
+    return [r for v in node for r in _refs(v)] if isinstance(node, list) else []
+
+
+def _unresolvable(schema: dict) -> bool:
+    """A schema whose $ref points nowhere passes check_schema and fails on first use:
+    each $ref is looked up by jsonschema's own resolver (referencing), with no retrieval."""
+    from referencing import Registry, Resource
+    from referencing.exceptions import Unresolvable
+    from referencing.jsonschema import DRAFT202012
+
+    resource = Resource.from_contents(schema, default_specification=DRAFT202012)
+    resolver = Registry().with_resource("urn:traffic", resource).resolver("urn:traffic")
+    try:
+        for ref in _refs(schema):
+            resolver.lookup(ref)
+    except Unresolvable:
+        return True
+    return False
+
+
+def _kind(value: Any) -> str:
+    """A value named by its JSON type: a wrong field may hold a prompt's text, which an
+    error line never quotes."""
+    names = {bool: "true/false", int: "a number", float: "a number", str: "text",
+             list: "a list", dict: "an object"}
+    return names.get(type(value), type(value).__name__)
 
 
 def _timestamp(number: int, raw: Any, problems: _Problems) -> float | None:

@@ -52,9 +52,12 @@ class Search:
 
 def pick_trial(search: Search, trials: SweepRecord) -> int | None:
     """The trial to confirm: the table's recommendation, the best promoted trial on the
-    objective (None when none was promoted)."""
+    objective; where the objective could not rank the promoted trials (no price for cost,
+    no SLO level for throughput), the first promoted in the search's order (None when none
+    was promoted)."""
     best = trials.recommendation.candidate
-    return next((k for k, r in search.rows.items() if r.candidate == best), None)
+    found = next((k for k, r in search.rows.items() if r.candidate == best), None)
+    return found if found is not None else search.chosen()
 
 
 def outcome(p: Plan, search: Search, picked: tuple[int | None, SweepRow | None],

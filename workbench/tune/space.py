@@ -21,6 +21,7 @@ from pydantic import ValidationError
 
 from workbench.config.candidate import Candidate, ModuleOverride
 from workbench.config.tune import TuneSpace
+from workbench.quantize.checks import gpu_capability
 from workbench.quantize.formats import (
     dense_reason,
     format_of_candidate,
@@ -92,11 +93,17 @@ def weight_bytes(cand: Candidate, config: dict, kept: tuple[int, ...] = ()) -> i
 
 def _candidate(base: Candidate, method: str, symmetric: bool, group: int,
                overrides: list[ModuleOverride], kept: tuple[int, ...]) -> Candidate:
+    """The point as a candidate: the base's own entry with the axes' values (its GPTQ
+    activation order kept where the point is GPTQ too)."""
     entry = keep_blocks_ignore(list(kept))  # llm-compressor leaves these blocks unquantised
-    return Candidate(recipe=base.recipe, method=method,  # type: ignore[arg-type]
+    cand = Candidate(recipe=base.recipe, method=method,  # type: ignore[arg-type]
                      symmetric=symmetric, group_size=group, overrides=overrides,
+                     actorder=base.actorder if method == "gptq" else None,
                      ignore=[*base.ignore, *([entry] if entry else [])],
                      kv_cache_dtype=base.kv_cache_dtype, engine_args=base.engine_args)
+    # the base itself, where the point builds the same: its name and entry, so the build
+    # and measurement an evaluate or a sweep made of it are found again (as keep-k's k = 0)
+    return base if cand.recipe_params() == base.recipe_params() else cand
 
 
 def _name(base: str, method: str, symmetric: bool, group: int, index: int, keep: int) -> str:
@@ -113,7 +120,7 @@ def _left_out(model_dir: Path, cand: Candidate, device: str) -> str | None:
     fmt = format_of_candidate(cand)
     if fmt is None or dense_reason(fmt, device):
         return None  # served dense where there is no int4 kernel
-    return unsupported_reason(fmt, device)
+    return unsupported_reason(fmt, device, capability=gpu_capability(device))
 
 
 def points(base_name: str, base: Candidate, space: TuneSpace, model_dir: Path,
@@ -138,6 +145,7 @@ def points(base_name: str, base: Candidate, space: TuneSpace, model_dir: Path,
         except ValidationError as err:  # a combination a candidate refuses (candidate.py)
             left.append((name, err.errors()[0]["msg"].removeprefix("Value error, ")))
             continue
+        name = base_name if cand is base else name
         why = _left_out(model_dir, cand, device)
         if why:
             left.append((name, why))

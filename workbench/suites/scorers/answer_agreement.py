@@ -81,6 +81,13 @@ def measure_answer(answer: str, baseline_answer: str, prompt: str,
 
 
 def _valid(answer: str, schema: dict[str, Any]) -> bool:
+    """The answer parses as JSON and meets the schema; a schema that cannot be used (a $ref
+    to nowhere: suites/traffic.py refuses such files) is met by no answer."""
+    from referencing.exceptions import Unresolvable
+
     parsed, value = extract_json(answer)
-    return bool(parsed) and not any(
-        jsonschema.Draft202012Validator(schema).iter_errors(value))
+    try:
+        return bool(parsed) and not any(
+            jsonschema.Draft202012Validator(schema).iter_errors(value))
+    except Unresolvable:
+        return False
