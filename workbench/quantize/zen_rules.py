@@ -1,0 +1,60 @@
+"""What an int4 checkpoint really runs as on vLLM's AMD Zen platform (issue 55, step 3's
+format rule; the platform choice and the record are not yet wired).
+
+On an AMD CPU with AVX-512 where zentorch imports, vLLM 0.32.0 serves on ZenCpuPlatform
+(vllm/platforms/__init__.py, `_is_amd_zen_cpu`), and a compressed-tensors int4 layer goes
+to `ZentorchWNA16LinearKernel` (model_executor/kernels/linear/mixed_precision/zentorch.py),
+which picks one of three paths per layer when its weights are loaded:
+1. **DA8W4**, `zentorch_dynamic_qlinear`: the activations quantised to int8 per token at
+   run time, so the layer computes W4A8, not the W4A16 its recipe names. Taken when
+   `VLLM_CPU_INT4_W4A8` is on (vLLM's default), the weights are symmetric (no zero points,
+   not `uint4`), the activations are bfloat16, the weights are packed along the input
+   dimension (compressed-tensors' layout), and each group's width is a multiple of 4 with
+   an even input width;
+2. **W4A16**, `zentorch_woq_linear`, where DA8W4 is not taken but the layout is
+   compressed-tensors' and the groups divide the input width;
+3. vLLM's generic **CPUWNA16** kernel (`cpu_gemm_wna16`, W4A16) otherwise.
+tests/unit/test_zen_rules.py drives vLLM's own kernel code over these cases and holds this
+rule to it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+__all__ = ["ZenPath", "zen_int4_path"]
+
+Kernel = Literal["zentorch_dynamic_qlinear", "zentorch_woq_linear", "cpu_gemm_wna16"]
+
+
+@dataclass(frozen=True)
+class ZenPath:
+    kernel: Kernel
+    activations: Literal["int8, quantised per token at run time", "16-bit"]
+
+    @property
+    def label(self) -> str:
+        """The format as it runs: what a record states beside the recipe's name."""
+        if self.kernel == "zentorch_dynamic_qlinear":
+            return "W4A8 (dynamic int8 activations; zentorch DA8W4)"
+        return f"W4A16 ({self.kernel})"
+
+
+def zen_int4_path(symmetric: bool, serve_dtype: str, in_features: int, group_size: int,
+                  w4a8: bool = True, packed_along_input: bool = True) -> ZenPath:
+    """The path vLLM 0.32.0's ZentorchWNA16LinearKernel takes for one int4 layer.
+
+    group_size -1 is one group per output row (per channel); w4a8 is the engine's
+    `VLLM_CPU_INT4_W4A8`; packed_along_input is False for a layout packed along the output
+    dimension (AutoAWQ checkpoints), True for compressed-tensors' (what the workbench
+    builds, GPTQ, AWQ and round-to-nearest alike)."""
+    groups = 1 if group_size == -1 else in_features // group_size if group_size > 0 else 0
+    woq = packed_along_input and groups > 0 and in_features % groups == 0
+    if not woq:
+        return ZenPath("cpu_gemm_wna16", "16-bit")
+    da8w4 = (w4a8 and symmetric and serve_dtype == "bfloat16"
+             and (in_features // groups) % 4 == 0 and in_features % 2 == 0)
+    if da8w4:
+        return ZenPath("zentorch_dynamic_qlinear", "int8, quantised per token at run time")
+    return ZenPath("zentorch_woq_linear", "16-bit")
