@@ -91,8 +91,9 @@ def _vllm_path(monkeypatch: pytest.MonkeyPatch, symmetric: bool, act: torch.dtyp
 
 # (input width, group size): the shipped groups; a group 6 wide (not a multiple of 4, which
 # the int8 path's AOCL kernel needs); one group per row (-1)
-CASES = list(itertools.product([True, False], [torch.bfloat16, torch.float32],
-                               [(576, 64), (576, 32), (1536, 128), (48, 6), (576, -1)], [True, False]))
+SHAPES = [(576, 64), (576, 32), (1536, 128), (48, 6), (576, -1)]
+CASES = list(itertools.product([True, False], [torch.bfloat16, torch.float32], SHAPES,
+                               [True, False]))
 
 
 @pytest.mark.parametrize(("symmetric", "act", "shape", "w4a8"), CASES)
