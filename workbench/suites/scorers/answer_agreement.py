@@ -1,9 +1,10 @@
 """One traffic request's two answers held against each other, with no reference (issue 49,
 step 2's per-item measures): whether the candidate still answers as the baseline did.
 
-Each measure is a property of one side's answer, so that the paired comparison downstream
-asks the same question of both models (the baseline's own figure is its answer held against
-itself where that is the point, e.g. agreement is 1 by definition):
+Two kinds of measure, each computed once where its inputs are: what one side's answer is
+on its own (answer_checks: the runner's, which knows the prompt) and how the candidate's
+answer agrees with the baseline's (agreement: the judge's, which has both; the baseline held
+against itself agrees by definition):
 - agreement: equal after normalisation (Unicode NFKC, case, whitespace), and chrF, the
   character n-gram F-score of sacrebleu (Popović 2015; recall weighted twice, so an answer
   cut short loses more than one padded), of the normalised answers, on 0..1;
@@ -30,7 +31,7 @@ from workbench.suites.scorers.generation_health import generation_health
 from workbench.suites.scorers.refusal import is_refusal
 from workbench.suites.scorers.structured import extract_json
 
-__all__ = ["AnswerMeasures", "chrf", "measure_answer", "normalise"]
+__all__ = ["Agreement", "agreement", "answer_checks", "chrf", "normalise"]
 
 
 def normalise(text: str) -> str:
@@ -56,28 +57,34 @@ def chrf(answer: str, reference: str) -> float:
 
 
 @dataclass(frozen=True)
-class AnswerMeasures:
-    exact: bool  # equal to the baseline's answer after normalise()
+class Agreement:
+    """One answer held against the baseline's answer to the same request (the judge's:
+    it needs both sides)."""
+
+    exact: bool  # equal after normalise()
     chrf: float  # against the baseline's answer, 0..1
-    healthy: bool
-    health_reason: str
-    refused: bool
     length_ratio: float | None  # characters over the baseline's (None: the baseline's empty)
-    schema_valid: bool | None  # None: the request asked for no schema
 
 
-def measure_answer(answer: str, baseline_answer: str, prompt: str,
-                   schema: dict[str, Any] | None = None, truncated: bool = False
-                   ) -> AnswerMeasures:
-    """One answer held against the baseline's answer to the same request."""
-    health = generation_health(answer, prompt, truncated)
+def agreement(answer: str, baseline_answer: str) -> Agreement:
     base_len = len(baseline_answer.strip())
-    return AnswerMeasures(
-        exact=normalise(answer) == normalise(baseline_answer),
-        chrf=round(chrf(answer, baseline_answer), 4),
-        healthy=health.healthy, health_reason=health.reason, refused=is_refusal(answer),
-        length_ratio=round(len(answer.strip()) / base_len, 4) if base_len else None,
-        schema_valid=None if schema is None else _valid(answer, schema))
+    return Agreement(exact=normalise(answer) == normalise(baseline_answer),
+                     chrf=round(chrf(answer, baseline_answer), 4),
+                     length_ratio=round(len(answer.strip()) / base_len, 4) if base_len
+                     else None)
+
+
+def answer_checks(answer: str, prompt: str, schema: dict[str, Any] | None = None,
+                  truncated: bool = False) -> tuple[dict[str, float], str]:
+    """What one side's answer is on its own (the runner's, where the prompt is known):
+    healthy and truncated, refused, and schema_valid where the request asked for a schema;
+    with the health reason."""
+    health = generation_health(answer, prompt, truncated)
+    checks = {"healthy": float(health.healthy), "truncated": float(truncated),
+              "refused": float(is_refusal(answer))}
+    if schema is not None:
+        checks["schema_valid"] = float(_valid(answer, schema))
+    return checks, health.reason
 
 
 def _valid(answer: str, schema: dict[str, Any]) -> bool:
