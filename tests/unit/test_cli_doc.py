@@ -3,12 +3,21 @@ help changes, the page must be regenerated with it, or this test fails in CI."""
 
 from __future__ import annotations
 
-from workbench.cli.help_doc import DOC, render
+import re
+
+import pytest
+
+from workbench.cli.help_doc import CLICK_LINE, DOC, click_version, render
 
 
 def test_the_cli_reference_is_the_help_the_code_prints() -> None:
-    assert DOC.read_text() == render(), (
-        "docs/cli.md is out of date: run `python -m workbench.cli.help_doc`")
+    page = DOC.read_text(encoding="utf-8")
+    rendered_with = re.search(rf"^{CLICK_LINE}(\S+)\.$", page, re.M)
+    assert rendered_with, "docs/cli.md does not say which click rendered it"
+    if rendered_with.group(1) != click_version():  # another layout: not a drift of ours
+        pytest.skip(f"docs/cli.md was rendered with click {rendered_with.group(1)}, this is "
+                    f"{click_version()}")
+    assert page == render(), "docs/cli.md is out of date: run `python -m workbench.cli.help_doc`"
 
 
 def test_every_command_and_option_is_on_the_page() -> None:

@@ -61,11 +61,19 @@ def test_a_broken_candidate_loses_in_every_segment_and_gains_nothing() -> None:
         assert all(d == 0 for d in deltas(BASE, cand, "refused").values())
 
 
-def test_only_requests_both_answered_are_paired() -> None:
+def test_a_request_the_candidate_left_unanswered_counts_as_an_empty_answer() -> None:
+    """Failing a request gains nothing: it is an empty, unhealthy answer, not a request
+    left out; one the baseline did not answer has nothing to be held against."""
     partial = side({rid: text for rid, (text, _) in ANSWERS.items() if rid != "r3"})
     b, c = against_baseline(BASE, partial)
-    assert [i.id for i in b.items] == [i.id for i in c.items] == ["r1", "r2", "r4"]
-    assert "lang:de" not in b.slices and b.n == c.n == 3
+    assert [i.id for i in b.items] == [i.id for i in c.items] == ["r1", "r2", "r3", "r4"]
+    lost = c.items[2]
+    assert lost.score == 0.0 and lost.checks["healthy"] == 0.0 and lost.response == ""
+    assert c.slices["lang:de"] == {"n": 1, "accuracy": 0.0}
+    assert c.metrics["healthy"] == 0.75 and b.metrics["agreement_chrf"] == 1.0
+    fewer = side({rid: text for rid, (text, _) in ANSWERS.items() if rid != "r1"})
+    b, c = against_baseline(fewer, BASE)
+    assert [i.id for i in c.items] == ["r2", "r3", "r4"] and b.n == 3
 
 
 def test_the_length_band() -> None:

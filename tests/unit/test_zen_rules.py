@@ -36,8 +36,8 @@ def _torch_with_zentorch_ops() -> types.SimpleNamespace:
     return proxy
 
 
-def _layer(out_features: int, in_features: int, group: int, symmetric: bool
-           ) -> torch.nn.Module:
+def _layer(out_features: int, in_features: int, group: int, symmetric: bool,
+           packed_dim: int = 1) -> torch.nn.Module:
     """One linear layer's int4 parameters as vLLM loads a compressed-tensors checkpoint:
     eight 4-bit values per int32 along the input dimension, a scale per group, a packed
     zero point per group where asymmetric."""
@@ -51,8 +51,8 @@ def _layer(out_features: int, in_features: int, group: int, symmetric: bool
         return p
 
     layer.weight_packed = param(torch.randint(0, 2**31 - 1, (out_features, in_features // 8),
-                                              dtype=torch.int32), input_dim=1, packed_dim=1,
-                                output_dim=0)
+                                              dtype=torch.int32), input_dim=1,
+                                packed_dim=packed_dim, output_dim=0)
     layer.weight_scale = param(torch.rand(out_features, groups, dtype=torch.bfloat16),
                                input_dim=1, output_dim=0)
     if not symmetric:
@@ -62,7 +62,7 @@ def _layer(out_features: int, in_features: int, group: int, symmetric: bool
 
 
 def _vllm_path(monkeypatch: pytest.MonkeyPatch, symmetric: bool, act: torch.dtype,
-               in_features: int, group: int, w4a8: bool) -> str:
+               in_features: int, group: int, w4a8: bool, packed_dim: int = 1) -> str:
     from vllm.model_executor.kernels.linear.mixed_precision import zentorch
     from vllm.model_executor.kernels.linear.mixed_precision.MPLinearKernel import (
         MPLinearLayerConfig,
@@ -70,15 +70,20 @@ def _vllm_path(monkeypatch: pytest.MonkeyPatch, symmetric: bool, act: torch.dtyp
     from vllm.scalar_type import scalar_types
 
     monkeypatch.setattr(zentorch, "has_zentorch_op", lambda names: True)
+    monkeypatch.setattr(zentorch, "current_platform",
+                        types.SimpleNamespace(is_zen_cpu=lambda: True))
     monkeypatch.setattr(zentorch, "torch", _torch_with_zentorch_ops())
     monkeypatch.setenv("VLLM_CPU_INT4_W4A8", "1" if w4a8 else "0")
     config = MPLinearLayerConfig(
         full_weight_shape=(in_features, 64), partition_weight_shape=(in_features, 64),
         weight_type=scalar_types.uint4b8 if symmetric else scalar_types.uint4,
         act_type=act, group_size=group, zero_points=not symmetric)
+    takes, _ = zentorch.ZentorchWNA16LinearKernel.can_implement(config)
+    if not takes:  # vLLM's selector goes on to the next kernel: CPUWNA16
+        return "cpu_gemm_wna16"
     kernel = zentorch.ZentorchWNA16LinearKernel(
         config, "weight_packed", "weight_scale", None if symmetric else "weight_zero_point")
-    layer = _layer(64, in_features, group, symmetric)
+    layer = _layer(64, in_features, group, symmetric, packed_dim)
     fell_through: list[bool] = []
     monkeypatch.setattr(zentorch.CPUWNA16LinearKernel, "process_weights_after_loading",
                         lambda self, lyr: fell_through.append(True))
@@ -90,8 +95,9 @@ def _vllm_path(monkeypatch: pytest.MonkeyPatch, symmetric: bool, act: torch.dtyp
 
 
 # (input width, group size): the shipped groups; a group 6 wide (not a multiple of 4, which
-# the int8 path's AOCL kernel needs); one group per row (-1)
-SHAPES = [(576, 64), (576, 32), (1536, 128), (48, 6), (576, -1)]
+# the int8 path's AOCL kernel needs); one group per row (-1); a group that does not divide
+# the width (can_implement refuses it)
+SHAPES = [(576, 64), (576, 32), (1536, 128), (48, 6), (576, -1), (576, 200)]
 CASES = list(itertools.product([True, False], [torch.bfloat16, torch.float32], SHAPES,
                                [True, False]))
 
@@ -105,6 +111,14 @@ def test_the_rule_takes_the_path_vllms_zentorch_kernel_takes(
     expected = zen_int4_path(symmetric, dtype, in_features, group, w4a8=w4a8)
     assert _vllm_path(monkeypatch, symmetric, act, in_features, group, w4a8) == \
         expected.kernel
+
+
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_another_packing_than_compressed_tensors_falls_through_as_the_rule_says(
+        monkeypatch: pytest.MonkeyPatch, symmetric: bool) -> None:
+    expected = zen_int4_path(symmetric, "bfloat16", 576, 64, packed_along_input=False)
+    assert _vllm_path(monkeypatch, symmetric, torch.bfloat16, 576, 64, True,
+                      packed_dim=0) == expected.kernel == "cpu_gemm_wna16"
 
 
 def test_the_default_int4_runs_as_w4a8_there_and_asymmetric_stays_w4a16() -> None:

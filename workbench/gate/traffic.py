@@ -14,7 +14,14 @@ Per item, on both sides:
 - the runner's own checks of each side (healthy, refused, schema_valid) carried as they
   were measured: health and schema validity are paired as in every generating suite; a
   refusal rate that moves either way is a change (the gate's, two-sided).
-A request one side did not answer is left out of both (paired on what both answered).
+A request the baseline answered and the candidate did not counts as an empty answer (it
+agrees with nothing and is not healthy), so a candidate gains nothing by failing requests;
+one the baseline did not answer has nothing to be held against and is left out.
+
+What this cannot see yet (issue 49): the baseline's own agreement is 1 by definition, which
+holds for greedy requests on a deterministic engine; a sampled request needs the baseline's
+answers held against each other instead, and an answer that copies the prompt is healthy by
+the health checks (a rewrite request may make it agree well): both are the runner's to add.
 """
 
 from __future__ import annotations
@@ -51,22 +58,35 @@ def _baseline_item(item: ItemResult) -> ItemResult:
     return replace(item, score=1.0, checks=checks)
 
 
+def _unanswered(base: ItemResult) -> ItemResult:
+    """The candidate's item for a request it did not answer: an empty answer."""
+    return ItemResult(id=base.id, slices=base.slices, prompt_sha256=base.prompt_sha256,
+                      response="", score=0.0, latency_s=0.0, completion_tokens=0,
+                      checks={"healthy": 0.0, "truncated": 0.0, "refused": 0.0},
+                      health="empty: no answer")
+
+
 def against_baseline(base: SuiteResult, cand: SuiteResult
                      ) -> tuple[SuiteResult, SuiteResult]:
     """Both sides of one traffic suite, each item scored by its agreement with the
-    baseline's answer, on the requests both answered."""
-    by_id = {i.id: i for i in base.items}
-    both = [i for i in cand.items if i.id in by_id]
-    base_items = [_baseline_item(by_id[i.id]) for i in both]
-    cand_items = [_candidate_item(i, by_id[i.id]) for i in both]
+    baseline's answer, over every request the baseline answered, by id."""
+    answered = {i.id: i for i in cand.items}
+    ordered = sorted(base.items, key=lambda i: i.id)
+    base_items = [_baseline_item(b) for b in ordered]
+    cand_items = [_candidate_item(answered.get(b.id) or _unanswered(b), b) for b in ordered]
     return _summed(base, base_items), _summed(cand, cand_items)
 
 
 def _summed(result: SuiteResult, items: list[ItemResult]) -> SuiteResult:
-    """The result over these items: its accuracy (the mean agreement) and each segment's."""
+    """The result over these items: its accuracy (the mean agreement), each segment's, and
+    each check's mean (the suite's metrics)."""
     slices: dict[str, dict[str, float]] = {}
     for name in sorted({s for i in items for s in i.slices}):
         members = [i.score for i in items if name in i.slices]
         slices[name] = {"n": len(members), "accuracy": sum(members) / len(members)}
     accuracy = sum(i.score for i in items) / len(items) if items else 0.0
-    return replace(result, items=items, n=len(items), accuracy=accuracy, slices=slices)
+    checks = sorted({c for i in items for c in i.checks})
+    metrics = {c: sum(i.checks.get(c, 0.0) for i in items) / len(items) for c in checks} \
+        if items else {}
+    return replace(result, items=items, n=len(items), accuracy=accuracy, slices=slices,
+                   metrics=metrics)

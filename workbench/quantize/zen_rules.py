@@ -4,7 +4,10 @@ format rule; the platform choice and the record are not yet wired).
 On an AMD CPU with AVX-512 where zentorch imports, vLLM 0.32.0 serves on ZenCpuPlatform
 (vllm/platforms/__init__.py, `_is_amd_zen_cpu`), and a compressed-tensors int4 layer goes
 to `ZentorchWNA16LinearKernel` (model_executor/kernels/linear/mixed_precision/zentorch.py),
-which picks one of three paths per layer when its weights are loaded:
+unless its `can_implement` refuses the layer (a group size that does not divide the input
+width), in which case vLLM's generic CPUWNA16 kernel is chosen (it runs W4A16 on Zen: its
+own W4A8 branch needs AMX, which no AMD CPU has). ZentorchWNA16 picks one of three paths per
+layer when its weights are loaded:
 1. **DA8W4**, `zentorch_dynamic_qlinear`: the activations quantised to int8 per token at
    run time, so the layer computes W4A8, not the W4A16 its recipe names. Taken when
    `VLLM_CPU_INT4_W4A8` is on (vLLM's default), the weights are symmetric (no zero points,
@@ -45,16 +48,19 @@ def zen_int4_path(symmetric: bool, serve_dtype: str, in_features: int, group_siz
                   w4a8: bool = True, packed_along_input: bool = True) -> ZenPath:
     """The path vLLM 0.32.0's ZentorchWNA16LinearKernel takes for one int4 layer.
 
+    serve_dtype is the resolved one, bfloat16 or float32 (ZenCpuPlatform serves no float16).
     group_size -1 is one group per output row (per channel); w4a8 is the engine's
-    `VLLM_CPU_INT4_W4A8`; packed_along_input is False for a layout packed along the output
-    dimension (AutoAWQ checkpoints), True for compressed-tensors' (what the workbench
-    builds, GPTQ, AWQ and round-to-nearest alike)."""
-    groups = 1 if group_size == -1 else in_features // group_size if group_size > 0 else 0
-    woq = packed_along_input and groups > 0 and in_features % groups == 0
+    `VLLM_CPU_INT4_W4A8`; packed_along_input is False for a layout other than
+    compressed-tensors' (packed along the input dimension, `input_dim == packed_dim == 1`:
+    what the workbench builds, GPTQ, AWQ and round-to-nearest alike), e.g. AutoAWQ's."""
+    if group_size != -1 and (group_size <= 0 or in_features % group_size):
+        return ZenPath("cpu_gemm_wna16", "16-bit")  # can_implement refuses: CPUWNA16 is next
+    groups = 1 if group_size == -1 else in_features // group_size
+    woq = packed_along_input and in_features % groups == 0
     if not woq:
         return ZenPath("cpu_gemm_wna16", "16-bit")
     da8w4 = (w4a8 and symmetric and serve_dtype == "bfloat16"
-             and (in_features // groups) % 4 == 0 and in_features % 2 == 0)
+             and (in_features // groups) % 4 == 0)
     if da8w4:
         return ZenPath("zentorch_dynamic_qlinear", "int8, quantised per token at run time")
     return ZenPath("zentorch_woq_linear", "16-bit")
