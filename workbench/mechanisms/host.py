@@ -21,7 +21,7 @@ import os
 import platform
 from pathlib import Path
 
-__all__ = ["ISA_CAP_ENV", "cap_env", "cpu_model", "cpu_vector_isa", "fast_dtype",
+__all__ = ["ISA_CAP_ENV", "amx_tiles", "cap_env", "cpu_model", "cpu_vector_isa", "fast_dtype",
            "isa_capped", "native_bf16"]
 
 CPUINFO = Path("/proc/cpuinfo")
@@ -68,6 +68,13 @@ def cpu_vector_isa() -> str:
 def native_bf16() -> bool:
     """Whether the CPU multiplies bf16 in hardware (AVX512_BF16 or AMX-BF16), uncapped."""
     return cpu_vector_isa() == "avx512" and bool(NATIVE_BF16_FLAGS & _flags())
+
+
+def amx_tiles() -> bool:
+    """Whether the CPU has AMX tiles (Intel Sapphire Rapids and later), uncapped: what
+    vLLM-CPU's int4 kernel asks (torch.cpu._is_amx_tile_supported) before it quantises
+    activations to int8 (quantize/cpu_int4.py)."""
+    return cpu_vector_isa() == "avx512" and "amx_tile" in _flags()
 
 
 def cap_env() -> dict[str, str]:

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from workbench.config.run_config import Candidate
-from workbench.mechanisms.host import cpu_vector_isa
+from workbench.mechanisms.host import amx_tiles, cpu_vector_isa
+from workbench.quantize.cpu_int4 import W4A8_NOTE, cpu_int4_w4a8
 from workbench.quantize.gpu_rules import (
     GPU_RULES,
     KV_FP8,
@@ -198,13 +199,20 @@ def _capability_reason(fmt: ServedFormat, capability: Capability) -> str | None:
     return None
 
 
-def runs_as(fmt: ServedFormat, device: str, capability: Capability | None) -> str | None:
+def runs_as(fmt: ServedFormat, device: str, capability: Capability | None,
+            serve_dtype: str | None = None) -> str | None:
     """What the engine really runs when it is not what ``fmt`` says, for the record; None
-    when it runs as declared (or on a CPU, whose rules refuse instead of falling back).
+    when it runs as declared.
 
-    On CUDA with an unknown capability, the statement says the capability rules were not
-    checked. Call it only for a format unsupported_reason() accepted.
+    On a CPU: int4 weight-only served in bf16 on a CPU with AMX runs as W4A8
+    (quantize/cpu_int4.py); other CPU rules refuse instead of falling back. On CUDA with an
+    unknown capability, the statement says the capability rules were not checked. Call it
+    only for a format unsupported_reason() accepted.
     """
+    if device == "cpu":
+        weight_only_int4 = fmt.weights == "int4" and fmt.activations == "16-bit"
+        return W4A8_NOTE if weight_only_int4 and cpu_int4_w4a8(serve_dtype, amx_tiles()) \
+            else None
     rules = _gpu_rules(fmt)
     if device != "cuda" or not rules:
         return None

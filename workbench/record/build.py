@@ -115,6 +115,12 @@ def _plots(p: Plan, pair: MeasuredPair, run_dir: Path) -> dict[str, str]:
     return plots
 
 
+def _served_dtype(p: Plan, cand: Measurement) -> str | None:
+    """The dtype the candidate's int4 kernel saw; None where its weights were served dense
+    (no int4 kernel ran at all)."""
+    return None if p.dense is not None else cand.server.device_facts.get("serve_dtype")
+
+
 def _engine(p: Plan, base: Measurement, cand: Measurement) -> EngineSection:
     sides = (("baseline", base), ("candidate", cand))
     return {"version": p.engine_version, "config": p.cfg.engine.model_dump(),
@@ -193,7 +199,8 @@ def build_record(p: Plan, pair: MeasuredPair, report: GateReport, fidelity: dict
                       **({"recipe_values": values}  # type: ignore[typeddict-item]
                          if (values := p.candidate.weight_values()) else {}),
                       **({"served_format": q.format.to_dict(),
-                          "runs_as": runs_as(q.format, p.device, gpu_capability(p.device))}
+                          "runs_as": runs_as(q.format, p.device, gpu_capability(p.device),
+                                             _served_dtype(p, cand))}
                          if q.path else {})},
         endpoints={role: endpoint_section(p.cfg.endpoints.of(role), m.server)
                    for role, m in sides if m.server.endpoint},
