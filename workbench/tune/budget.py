@@ -34,7 +34,7 @@ class Budget:
     # block only ever adds bytes, so on weights the fewest kept blocks win
     objective: Objective = "weights"
     # measure every trial in full (`tune --measure-all`): what stopping early saves is then
-    # the difference between two tunes of the same space (benchmarks/early_stop.py)
+    # the difference between two tunes of the same space (benchmarks/tune_saving.py)
     measure_all: bool = False
 
 
