@@ -2,7 +2,7 @@
 figures (issue 47's acceptance).
 
     .venv/bin/python benchmarks/tune_saving.py [--candidate int4] [--max-trials 8]
-        [--max-hours 2] [--out FILE] [--stopped-only]
+        [--max-hours 2] [--out FILE] [--stopped-only] [--scratch DIR]
 
 Two runs of `workbench tune` in one scratch cache (empty artifact and result caches, the
 real one's environments and converted model linked, as benchmarks/main_job.py):
@@ -82,6 +82,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("tune_saving.json"))
     parser.add_argument("--stopped-only", action="store_true",
                         help="Only run 1: the default tune's own figures")
+    parser.add_argument("--scratch", type=Path, default=None, help=(
+        "Keep the scratch folder here (its tune folders, plots and logs) instead of a "
+        "temporary one removed at the end"))
     args = parser.parse_args()
     figures: dict = {}
 
@@ -92,7 +95,7 @@ def main() -> None:
               f"{len(run['trials'])} trials", flush=True)
 
     with tempfile.TemporaryDirectory(prefix="wb-tune-") as tmp:
-        scratch = Path(tmp)
+        scratch = args.scratch or Path(tmp)
         link_shared_cache(scratch / "cache")
         keep("stopped", tune(scratch, args, measure_all=False))
         if not args.stopped_only:
