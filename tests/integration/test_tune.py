@@ -74,7 +74,7 @@ def test_tune_walks_a_space_of_recipes_to_the_cheapest_promoted_and_confirms_it(
     assert out["kept"] == [FRAGILE_BLOCK] and record["confirmation"]["decision"] == "promote"
     assert out["label"] == f"gptq sym g64, blocks [{FRAGILE_BLOCK}] in 16-bit"
     md = (tune_dir / "tune.md").read_text()
-    assert "## The space, cheapest first" in md and "Left out: `int4-gptq-sym-g256`" in md
+    assert "## The space, in the order tried" in md and "Left out: `int4-gptq-sym-g256`" in md
     built = yaml.safe_load(Path(out["recipe_file"]).read_text())
     ignore = built["default_stage"]["default_modifiers"]["GPTQModifier"]["ignore"]
     assert any(e.startswith("re:") and re.fullmatch(e[3:], "model.layers.2.mlp.down_proj")

@@ -12,8 +12,9 @@ from workbench.config.tune import TuneConfig, TuneSpace
 from workbench.sweep.table import SweepRow
 from workbench.tune.budget import Budget
 from workbench.tune.outcome import none_promoted
+from workbench.tune.proxies import order_by_proxy
 from workbench.tune.trials import TrialSpec
-from workbench.tune.walk import search_kept, walk_space
+from workbench.tune.walk import equal_size_run, search_kept, walk_space
 
 CAND = Candidate(recipe="w4a16", group_size=64)
 
@@ -52,7 +53,7 @@ def test_the_walk_stops_at_the_first_point_promoted_the_cheapest() -> None:
     assert runner.asked == ["sym-g128", "sym-g64", "asym-g32"]  # the dearer one not needed
     assert search.chosen() == 2 and search.specs[2].name == "asym-g32"
     assert "`asym-g32` (recipe asym-g32) is the cheapest point promoted" in search.stopped
-    assert "the 1 dearer point(s) were not needed" in search.stopped
+    assert "the 1 point(s) after it, none smaller, were not needed" in search.stopped
     assert not search.failed
 
 
@@ -128,3 +129,58 @@ def test_a_promoted_trial_the_objective_cannot_rank_is_still_confirmed() -> None
     nothing = walk_space(SPECS, Answers({s.name: "reject" for s in SPECS}), BUDGET, 0.0, free,
                          clock=lambda: 0.0)
     assert pick_trial(nothing, unranked) is None
+
+
+SIZED = [TrialSpec("gptq-sym-g64", CAND, (), "gptq sym g64", 100),
+         TrialSpec("awq-sym-g64", CAND, (), "awq sym g64", 100),
+         TrialSpec("gptq-asym-g32", CAND, (), "gptq asym g32", 120),
+         TrialSpec("awq-asym-g32", CAND, (), "awq asym g32", 120),
+         TrialSpec("gptq-asym-g32-keep1", CAND, (2,), "gptq asym g32, block 2", 130)]
+
+
+def test_runs_of_equal_size_are_found_and_an_unsized_point_stands_alone() -> None:
+    assert [equal_size_run(SIZED, i) for i in (0, 1, 2, 4)] == [2, 2, 4, 5]
+    unsized = [spec("a"), spec("b")]
+    assert equal_size_run(unsized, 0) == 1
+
+
+class RankBy:
+    """A ranker that orders by a fixed value per name and keeps what it was asked."""
+
+    def __init__(self, values: dict[str, float | None]):
+        self.values, self.asked = values, []
+
+    def __call__(self, tier: list[TrialSpec]) -> list[TrialSpec]:
+        self.asked.append([s.name for s in tier])
+        by_name = {s.name: s for s in tier}
+        return [by_name[n] for n in order_by_proxy(list(by_name), self.values)]
+
+
+def test_points_of_equal_size_are_tried_likeliest_first_and_never_before_a_smaller() -> None:
+    ranker = RankBy({"gptq-sym-g64": 1.28, "awq-sym-g64": 1.21, "gptq-asym-g32": 1.10,
+                     "awq-asym-g32": 1.07})
+    runner = Answers({"awq-sym-g64": "reject", "gptq-sym-g64": "reject",
+                      "awq-asym-g32": "promote", "gptq-asym-g32": "promote"})
+    search = walk_space(SIZED, runner, BUDGET, 0.0, free, clock=lambda: 0.0, rank=ranker)
+    # each run ranked only when the walk reaches it; a run of one is never ranked
+    assert ranker.asked == [["gptq-sym-g64", "awq-sym-g64"], ["gptq-asym-g32", "awq-asym-g32"]]
+    assert runner.asked == ["awq-sym-g64", "gptq-sym-g64", "awq-asym-g32"]
+    assert search.specs[search.chosen()].name == "awq-asym-g32"
+    assert search.order == ["awq-sym-g64", "gptq-sym-g64", "awq-asym-g32", "gptq-asym-g32",
+                            "gptq-asym-g32-keep1"]
+    assert "the 2 point(s) after it, none smaller, were not needed" in search.stopped
+
+
+def test_a_run_promoted_early_is_not_ranked_past_it() -> None:
+    ranker = RankBy({})
+    runner = Answers({"gptq-sym-g64": "promote"})
+    walk_space(SIZED, runner, BUDGET, 0.0, free, clock=lambda: 0.0, rank=ranker)
+    assert runner.asked == ["gptq-sym-g64"]  # no value: the stated prior holds
+    assert ranker.asked == [["gptq-sym-g64", "awq-sym-g64"]]
+
+
+def test_the_proxy_order_puts_the_lowest_first_and_the_unknown_last_in_prior_order() -> None:
+    names = ["a", "b", "c", "d"]
+    assert order_by_proxy(names, {"a": 1.3, "b": None, "c": 1.1, "d": 1.1}) == ["c", "d", "a",
+                                                                                  "b"]
+    assert order_by_proxy(names, {}) == names

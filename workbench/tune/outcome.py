@@ -31,6 +31,7 @@ class Search:
     specs: dict[int, TrialSpec] = field(default_factory=dict)
     stopped: str = ""
     failed: bool = False
+    order: list[str] = field(default_factory=list)  # a walk's points as it ordered them
 
     def decisions(self) -> dict[int, str]:
         return {k: r.decision_here or r.status for k, r in self.rows.items()}

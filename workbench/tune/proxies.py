@@ -1,6 +1,7 @@
-"""Is a cheap signal worth its cost? (issue 47, step 4's measure; not yet used to order a
-search): over a tune's trials, how well each proxy, known before or early in a trial,
-separates the trials the policy promoted from the rest.
+"""Is a cheap signal worth its cost? (issue 47, step 4): over a tune's trials, how well each
+proxy, known before or early in a trial, separates the trials the policy promoted from the
+rest; and the one known before any engine starts, the build's held-out perplexity ratio,
+orders the points of equal size in a walk over a space (order_by_proxy, walk.py).
 
 The proxies a trial's record holds:
 - `perplexity_ratio`: the build's held-out perplexity over the baseline's
@@ -18,9 +19,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-__all__ = ["PROXIES", "ProxyFit", "auc", "proxy_fits", "trial_proxies"]
+__all__ = ["ORDERING_PROXY", "PROXIES", "ProxyFit", "auc", "order_by_proxy", "proxy_fits",
+           "trial_proxies"]
 
 PROXIES = ("perplexity_ratio", "kl_mean", "weights_bytes")
+# the proxy that orders points of equal size: the only one known before an engine starts
+# (token KL needs the engine, the size is already the walk's order)
+ORDERING_PROXY = "perplexity_ratio"
 
 
 def auc(values: Sequence[float], passed: Sequence[bool]) -> float | None:
@@ -65,3 +70,12 @@ def proxy_fits(trials: Sequence[tuple[dict[str, float], bool]]) -> list[ProxyFit
         fits.append(ProxyFit(name, len(having), sum(ok for _, ok in having),
                              auc([v for v, _ in having], [ok for _, ok in having])))
     return fits
+
+
+def order_by_proxy(names: Sequence[str], values: dict[str, float | None]) -> list[str]:
+    """The names, lowest proxy value (most likely to pass) first; a name without a value
+    keeps its place in the stated order after those with one (a stable sort, so ties keep
+    the prior too)."""
+    known = sorted((n for n in names if values.get(n) is not None),
+                   key=lambda n: float(values[n] or 0.0))
+    return known + [n for n in names if values.get(n) is None]

@@ -14,7 +14,7 @@ from typing import Literal
 
 from rich.console import Console
 from rich.markup import escape
-from typing_extensions import TypedDict
+from typing_extensions import NotRequired, TypedDict
 
 from workbench.mechanisms.errors import EXIT_INFRA, EXIT_PROMOTE, EXIT_REJECT
 from workbench.mechanisms.files import write_json
@@ -49,6 +49,9 @@ class PointJson(TypedDict):
     label: str  # the recipe in words
     values: dict  # method, symmetric, group_size, overrides, kept
     weight_bytes: int  # estimated from the model's config.json: the order tried
+    # the build's held-out perplexity over the baseline's, where the walk built the point to
+    # rank it among points of its size (docs/tune.md, "The order")
+    perplexity_ratio: NotRequired[float]
 
 
 class LeftOutJson(TypedDict):
@@ -174,10 +177,12 @@ def _space_lines(record: TuneRecord) -> list[str]:
     if space is None:
         return []
     tried = {r.candidate for r in record.trials.rows}
-    lines = ["## The space, cheapest first", "", "| point | recipe | weights (est.) | tried |",
-             "|---|---|---|---|"]
+    lines = ["## The space, in the order tried", "",
+             "| point | recipe | weights (est.) | held-out perplexity | tried |",
+             "|---|---|---|---|---|"]
     lines += [f"| `{pt['name']}` | {pt['label']} | {pt['weight_bytes'] / 2**20:.1f} MiB | "
-              f"{'yes' if pt['name'] in tried else 'no'} |" for pt in space["points"]]
+              + (f"×{pt['perplexity_ratio']:.3f}" if "perplexity_ratio" in pt else "–")
+              + f" | {'yes' if pt['name'] in tried else 'no'} |" for pt in space["points"]]
     lines += [""] + [f"Left out: `{lo['name']}`: {lo['why']}." for lo in space["left_out"]]
     return lines + ([""] if space["left_out"] else [])
 

@@ -28,6 +28,7 @@ from workbench.config.run_config import RunConfig
 from workbench.config.tune import TuneSpace
 from workbench.mechanisms.errors import InfraError, InputError
 from workbench.mechanisms.files import inside, new_run_dir
+from workbench.pipeline.quantize import quantize_planned
 from workbench.plan.plan import Outputs, Plan, plan
 from workbench.quantize.sensitivity import (
     Sensitivity,
@@ -43,8 +44,10 @@ from workbench.tracking.run_log import DESCRIPTION_TAG, RUN_NAME_TAG, tracker_fo
 from workbench.tracking.tracker import Tracker
 from workbench.tune.budget import Budget, next_trial_s, second_look_growth
 from workbench.tune.outcome import Search, outcome, pick_trial
+from workbench.tune.proxies import ORDERING_PROXY, order_by_proxy
 from workbench.tune.record import (
     TUNE_PLOT,
+    PointJson,
     SensitivityJson,
     SpaceJson,
     TuneRecord,
@@ -150,8 +153,40 @@ def _search(p: Plan, tune_dir: Path, console: Console, run: Runner, budget: Budg
     pts, left = points(name, p.candidate, space, p.model_dir, p.device,
                        sens.ranked() if sens else None)
     _say_space(pts, left, console)
-    search = walk_space([point_spec(pt) for pt in pts], run, budget, started, price)
-    return sens, search, _space_json(space, pts, left)
+    ratios: dict[str, float | None] = {}
+    rank = functools.partial(_by_perplexity, p, tune_dir, console, ratios)
+    search = walk_space([point_spec(pt) for pt in pts], run, budget, started, price,
+                        rank=rank)
+    return sens, search, _space_json(space, pts, left, search.order, ratios)
+
+
+def _by_perplexity(p: Plan, tune_dir: Path, console: Console, ratios: dict[str, float | None],
+                   tier: list[TrialSpec]) -> list[TrialSpec]:
+    """Points of equal size built (cached by content: their trials find the builds again)
+    and ordered by their held-out perplexity ratio, the proxy known before any engine
+    starts; a build that fails keeps its place and fails again in its own trial."""
+    console.print(f"[bold]ranking[/] {len(tier)} points of equal size by held-out perplexity: "
+                  + ", ".join(s.name for s in tier))
+    for spec in tier:
+        trial = p.variant(trial_config(p.cfg, spec), spec.name, ItemSplit("search", p.cfg.seed))
+        folder = inside(tune_dir, "builds", spec.name)
+        folder.mkdir(parents=True, exist_ok=True)
+        try:
+            q = quantize_planned(trial, folder, console)
+        except (InfraError, InputError) as exc:
+            console.print(f"  [yellow]![/] {spec.name} not ranked: {escape(str(exc))}")
+            ratios[spec.name] = None
+            continue
+        ratios[spec.name] = (q.manifest.get("fidelity") or {}).get(ORDERING_PROXY)
+    by_name = {s.name: s for s in tier}
+    ordered = [by_name[n] for n in order_by_proxy([s.name for s in tier], ratios)]
+    console.print("  order: " + ", ".join(f"{s.name} ({_ratio_text(ratios.get(s.name))})"
+                                          for s in ordered))
+    return ordered
+
+
+def _ratio_text(ratio: float | None) -> str:
+    return "not built" if ratio is None else f"perplexity x{ratio:.3f}"
 
 
 def _sensitivity(p: Plan, tune_dir: Path, console: Console) -> Sensitivity:
@@ -187,11 +222,19 @@ def _say_space(pts: list[SpacePoint], left: list[tuple[str, str]], console: Cons
         console.print(f"  left out {name}: {escape(why)}")
 
 
-def _space_json(space: TuneSpace, pts: list[SpacePoint], left: list[tuple[str, str]]
-                ) -> SpaceJson:
-    return SpaceJson(axes=space.model_dump(),
-                     points=[{"name": pt.name, "label": pt.label, "values": pt.values(),
-                              "weight_bytes": pt.weight_bytes} for pt in pts],
+def _space_json(space: TuneSpace, pts: list[SpacePoint], left: list[tuple[str, str]],
+                order: list[str], ratios: dict[str, float | None]) -> SpaceJson:
+    """The points in the order the walk tried them (or would have), each ranked one with
+    its build's perplexity ratio."""
+    place = {name: i for i, name in enumerate(order)}
+    json_points: list[PointJson] = []
+    for pt in sorted(pts, key=lambda pt: place.get(pt.name, len(place))):
+        point = PointJson(name=pt.name, label=pt.label, values=pt.values(),
+                          weight_bytes=pt.weight_bytes)
+        if ratios.get(pt.name) is not None:
+            point["perplexity_ratio"] = float(ratios[pt.name] or 0.0)
+        json_points.append(point)
+    return SpaceJson(axes=space.model_dump(), points=json_points,
                      left_out=[{"name": n, "why": why} for n, why in left])
 
 

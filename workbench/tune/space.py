@@ -5,7 +5,8 @@ Points are tried cheapest first: by the weight bytes each would store, estimated
 model's config.json (its linear layers at the point's bits, a 16-bit scale per group, a
 zero point per group where asymmetric; everything else at 16 bits), so that the first
 point the policy promotes is the smallest. Points of equal size follow a stated prior
-(GPTQ, then AWQ, then round-to-nearest), until a measured proxy replaces it (docs/tune.md).
+(GPTQ, then AWQ, then round-to-nearest) here; the walk reorders them by their builds'
+held-out perplexity as it reaches them (walk.py, docs/tune.md).
 A point the model's widths or this device's engine cannot take is left out, with the
 reason, before anything is built.
 """

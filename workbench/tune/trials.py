@@ -39,6 +39,7 @@ class TrialSpec:
     candidate: Candidate
     kept: tuple[int, ...]
     label: str
+    weight_bytes: int | None = None  # a space's point: its estimated size, the walk's order
 
 
 def keep_spec(name: str, cand: Candidate, sensitivity: Sensitivity, kept: int) -> TrialSpec:
@@ -50,7 +51,7 @@ def keep_spec(name: str, cand: Candidate, sensitivity: Sensitivity, kept: int) -
 
 
 def point_spec(point: SpacePoint) -> TrialSpec:
-    return TrialSpec(point.name, point.candidate, point.kept, point.label)
+    return TrialSpec(point.name, point.candidate, point.kept, point.label, point.weight_bytes)
 
 
 def trial_config(cfg: RunConfig, spec: TrialSpec) -> RunConfig:

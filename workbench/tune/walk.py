@@ -4,6 +4,8 @@
   k = 0, doubling, then bisection (schedule.py), until the fewest promoted is known;
 - the walk over a space of recipes (the config's `tune.space`): the points cheapest first
   (space.py), until the first the policy promotes, which is then the cheapest promoted.
+  Points of equal size are equally cheap: as the walk reaches them, a ranker may put the
+  likeliest to pass first (run.py ranks by the build's held-out perplexity, proxies.py).
 
 Both stop on the budget (trials, and hours: no trial starts that could pass it, priced by
 budget.py) and on a trial whose measurement failed (the trials before it are kept).
@@ -20,10 +22,12 @@ from workbench.tune.outcome import Search
 from workbench.tune.schedule import PASS, next_kept
 from workbench.tune.trials import TrialSpec
 
-__all__ = ["Pricer", "Runner", "over_budget", "search_kept", "walk_space"]
+__all__ = ["Pricer", "Ranker", "Runner", "equal_size_run", "over_budget", "search_kept",
+           "walk_space"]
 
 Runner = Callable[[TrialSpec], SweepRow]
 Pricer = Callable[[Iterable[SweepRow]], float]  # the next trial's worst-case seconds
+Ranker = Callable[[list[TrialSpec]], list[TrialSpec]]  # points of equal size, reordered
 
 
 def over_budget(search: Search, budget: Budget, started: float, price: float,
@@ -78,23 +82,39 @@ def _settled_text(search: Search) -> str:
             + (f" ({max(below)} was not)" if below else " (the recipe as stated)"))
 
 
+def equal_size_run(specs: list[TrialSpec], start: int) -> int:
+    """Where the run of points as large as specs[start] ends (exclusive); a point of no
+    known size is a run of its own."""
+    size, end = specs[start].weight_bytes, start + 1
+    while size is not None and end < len(specs) and specs[end].weight_bytes == size:
+        end += 1
+    return end
+
+
 def walk_space(specs: list[TrialSpec], run: Runner, budget: Budget, started: float,
-               price: Pricer, clock: Callable[[], float] = time.perf_counter) -> Search:
+               price: Pricer, clock: Callable[[], float] = time.perf_counter,
+               rank: Ranker | None = None) -> Search:
     """The points in order (cheapest first) until one is promoted, the space is spent, or
-    the budget is."""
-    search = Search()
-    for index, spec in enumerate(specs):
+    the budget is; each run of equal-size points ranked as the walk reaches it."""
+    search, specs, ranked_to = Search(order=[s.name for s in specs]), list(specs), 0
+    for index in range(len(specs)):
         why = over_budget(search, budget, started, price(search.rows.values()), clock)
         if why is not None:
             search.stopped = f"{why}; {len(specs) - index} point(s) of the space not tried"
             return search
+        if rank is not None and index >= ranked_to:
+            ranked_to = equal_size_run(specs, index)
+            if ranked_to - index > 1:
+                specs[index:ranked_to] = rank(specs[index:ranked_to])
+                search.order = [s.name for s in specs]
+        spec = specs[index]
         if not _ran(search, index, spec, run):
             return search
         if search.rows[index].decision_here == PASS:
             left = len(specs) - index - 1
             search.stopped = (f"`{spec.name}` ({spec.label}) is the cheapest point promoted"
-                              + (f"; the {left} dearer point(s) were not needed" if left
-                                 else ""))
+                              + (f"; the {left} point(s) after it, none smaller, were not "
+                                 "needed" if left else ""))
             return search
     search.stopped = (f"every point of the space was tried ({len(specs)}) and none was "
                       "promoted" if specs else "the space has no point this device can take")
