@@ -70,7 +70,7 @@ def test_a_request_the_candidate_left_unanswered_counts_as_an_empty_answer() -> 
     lost = c.items[2]
     assert lost.score == 0.0 and lost.checks["healthy"] == 0.0 and lost.response == ""
     assert c.slices["lang:de"] == {"n": 1, "accuracy": 0.0}
-    assert c.metrics["healthy"] == 0.75 and b.metrics["agreement_chrf"] == 1.0
+    assert c.metrics["health_rate"] == 0.75 and b.metrics["agreement_chrf"] == 1.0
     fewer = side({rid: text for rid, (text, _) in ANSWERS.items() if rid != "r1"})
     b, c = against_baseline(fewer, BASE)
     assert [i.id for i in c.items] == ["r2", "r3", "r4"] and b.n == 3

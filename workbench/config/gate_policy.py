@@ -84,6 +84,7 @@ class SuiteDefaults(StrictModel):
     quality: SuiteDefault | None = None
     safety: SuiteDefault | None = None
     structured: SuiteDefault | None = None
+    traffic: SuiteDefault | None = None
 
 
 class Ungated(StrictModel):
@@ -204,7 +205,7 @@ class CapacityGate(StrictModel):
         "(default: every profile it gates; docs/load.md, 'Several load classes')")
 
 
-SECTIONS = ("quality", "safety", "structured")  # the paired sections, by suite kind
+SECTIONS = ("quality", "safety", "structured", "traffic")  # the paired sections, by kind
 
 Objective = Literal["cost", "throughput", "weights", "kv_capacity"]
 QualityMeasure = Literal["worst_lower_bound", "top1_agreement"]
@@ -257,6 +258,10 @@ class GatePolicy(StrictModel):
     safety: list[QualityGate] = Field(default_factory=list, description="Paired like quality, "
                                       "on safety suites (score: the right refusal behaviour)")
     structured: list[QualityGate] = Field(default_factory=list)
+    traffic: list[QualityGate] = Field(default_factory=list, description=(
+        "Paired like quality, on a team's own traffic: score is the answer's chrF against "
+        "the baseline's answer (the baseline's own is 1); or a per-item check: "
+        "agreement_exact, length_kept, healthy, schema_valid (docs/traffic.md)"))
     health: HealthGate | None = Field(default=None, description="Generation health of every "
                                       "suite that generates text, paired with the baseline")
     fidelity: list[FidelityGate] = Field(default_factory=list)
@@ -273,14 +278,13 @@ class GatePolicy(StrictModel):
         """Every paired non-inferiority gate with its section name: those the policy
         names, then, given the suites a run measured (name -> kind), the default gate of
         each suite of a defaulted kind that no gate names and `ungated` does not list."""
-        named = ([("quality", g) for g in self.quality] + [("safety", g) for g in self.safety]
-                 + [("structured", g) for g in self.structured])
+        named = [(section, g) for section in SECTIONS for g in getattr(self, section)]
         return named + [(kind, rule.for_suite(suite))
                         for suite, kind, rule in self.defaulted(measured or {})]
 
     def defaulted(self, measured: Mapping[str, str]) -> list[tuple[str, str, SuiteDefault]]:
         """(suite, kind, default) for each measured suite the defaults gate."""
-        named = {g.suite for g in self.quality + self.safety + self.structured} \
+        named = {g.suite for section in SECTIONS for g in getattr(self, section)} \
             | {u.suite for u in self.ungated}
         out = []
         for suite, kind in sorted(measured.items()):
@@ -352,5 +356,5 @@ def load_gate_policy(path: Path) -> GatePolicy:
         raise InputError(problems[0], problems) from None
     if not policy.judges_something():
         raise InputError(f"{path}: declares no gate (give at least one of quality, safety, "
-                         "structured, health, fidelity, latency, slo, memory)")
+                         "structured, traffic, health, fidelity, latency, slo, memory)")
     return policy

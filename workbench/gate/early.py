@@ -24,6 +24,7 @@ from workbench.config.gate_policy import GatePolicy, HealthGate
 from workbench.gate.evidence import Evidence, GateId, GateOutcome
 from workbench.gate.gates import POOLED, evaluate_gates
 from workbench.gate.paired import Comparisons
+from workbench.gate.traffic import pair_traffic
 from workbench.measure.watch import StoppedEarly, SuiteRun
 from workbench.suites.results import SuiteResult
 
@@ -32,7 +33,8 @@ __all__ = ["LOAD_SECTIONS", "Decisive", "EarlyStop", "decisiveness", "mark_not_m
 
 JUDGED = ("pass", "fail", "inconclusive")  # a status that read the suite's items
 # The gates whose evidence is one suite's items (and the gate's own figures of it)
-SUITE_SECTIONS = frozenset({"quality", "safety", "structured", "health", "fidelity"})
+SUITE_SECTIONS = frozenset({"quality", "safety", "structured", "traffic", "health",
+                            "fidelity"})
 LOAD_SECTIONS = frozenset({"latency", "slo", "capacity"})
 # headroom figures sampled while the load test ran: without it, not comparable
 PEAK_FIGURES = frozenset({"peak_engine_rss_bytes", "peak_gpu_memory_bytes",
@@ -56,6 +58,7 @@ def planned_outcomes(policy: GatePolicy, base: dict[str, SuiteResult], device: s
                      seed: int) -> list[GateOutcome]:
     """The baseline's suites judged against themselves: every suite gate the plan will
     judge, with every check and slice a candidate's judgement can have."""
+    base, _ = pair_traffic(base, {})
     return evaluate_gates(policy, _evidence(base, base, device, {}), seed)
 
 
@@ -179,6 +182,9 @@ class EarlyStop:
     _compared: Comparisons = field(init=False)
     _base: dict[str, SuiteResult] = field(init=False)
     _cand: dict[str, SuiteResult] = field(default_factory=dict, init=False)
+    # the baseline's side of each traffic suite the candidate answered, scored against
+    # itself (gate/traffic.py), kept with the candidate's so comparisons stay cached
+    _paired: dict[str, SuiteResult] = field(default_factory=dict, init=False)
     _bound: float = field(init=False)
     _level: str = field(init=False)
     _planned: list[GateOutcome] = field(init=False)
@@ -200,10 +206,15 @@ class EarlyStop:
 
     def after(self, done: dict[str, SuiteResult], left: list[str]) -> StoppedEarly | None:
         for name, result in done.items():
-            if name not in self._cand:  # restricted once, so its comparisons are kept
+            if name not in self._cand:  # restricted (and paired) once: comparisons are kept
                 self._cand[name] = self.restrict(name, result)
+                if name in self._base:
+                    paired_base, paired = pair_traffic({name: self._base[name]},
+                                                       {name: self._cand[name]})
+                    self._paired[name], self._cand[name] = paired_base[name], paired[name]
         measured = set(self._cand) & set(self._base)
-        ev = _evidence(self._base, self._cand, self.device, self.fidelity(measured))
+        ev = _evidence({**self._base, **self._paired}, self._cand, self.device,
+                       self.fidelity(measured))
         outcomes = evaluate_gates(self.policy, ev, self.seed, self._compared)
         failed = [o for o in outcomes if past_doubt(o, measured, self._bound)]
         if not failed:

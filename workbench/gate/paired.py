@@ -279,8 +279,11 @@ class Comparisons:
         if not b:
             return None
         d, means = paired_delta_and_means(b, c, self.confidence, self.resamples, self.seed)
-        # only a score can be blind this way: one answer to every item
-        blind = metric == "score" and constant_answers(base, slice_name)
+        # only a score can be blind this way: one answer to every item. Not a traffic
+        # suite's: its reference is the baseline's own answer, which a changed answer
+        # leaves whatever it was (gate/traffic.py)
+        blind = metric == "score" and base.kind != "traffic" and constant_answers(
+            base, slice_name)
         return Paired(d, blind, means)
 
     def table(self, base: SuiteResult, cand: SuiteResult, metric: str = "score"

@@ -28,10 +28,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from workbench.suites.results import ItemResult, SuiteResult
+from workbench.suites.results import ItemResult, SuiteResult, check_means
 from workbench.suites.scorers.answer_agreement import agreement
 
-__all__ = ["AGREEMENT_CHECKS", "against_baseline", "length_kept"]
+__all__ = ["AGREEMENT_CHECKS", "against_baseline", "length_kept", "pair_traffic"]
 
 AGREEMENT_CHECKS = ("agreement_chrf", "agreement_exact", "length_kept")
 LENGTH_BAND = (0.5, 2.0)  # a candidate's answer within this share of the baseline's length
@@ -77,6 +77,22 @@ def against_baseline(base: SuiteResult, cand: SuiteResult
     return _summed(base, base_items), _summed(cand, cand_items)
 
 
+def pair_traffic(base: dict[str, SuiteResult], cand: dict[str, SuiteResult]
+                 ) -> tuple[dict[str, SuiteResult], dict[str, SuiteResult]]:
+    """Each side's suites with every traffic suite scored against the baseline's answers
+    (the others as they are): what the gates, the early stop and the record read. A
+    traffic suite the candidate has not answered leaves the baseline's as its own answers
+    held against themselves."""
+    base, cand = dict(base), dict(cand)
+    for name, result in list(base.items()):
+        if result.kind != "traffic":
+            continue
+        base[name], paired = against_baseline(result, cand.get(name) or result)
+        if name in cand:
+            cand[name] = paired
+    return base, cand
+
+
 def _summed(result: SuiteResult, items: list[ItemResult]) -> SuiteResult:
     """The result over these items: its accuracy (the mean agreement), each segment's, and
     each check's mean (the suite's metrics)."""
@@ -85,8 +101,6 @@ def _summed(result: SuiteResult, items: list[ItemResult]) -> SuiteResult:
         members = [i.score for i in items if name in i.slices]
         slices[name] = {"n": len(members), "accuracy": sum(members) / len(members)}
     accuracy = sum(i.score for i in items) / len(items) if items else 0.0
-    checks = sorted({c for i in items for c in i.checks})
-    metrics = {c: sum(i.checks.get(c, 0.0) for i in items) / len(items) for c in checks} \
-        if items else {}
+    metrics = check_means(items) if items else {}
     return replace(result, items=items, n=len(items), accuracy=accuracy, slices=slices,
                    metrics=metrics)

@@ -23,6 +23,7 @@ from workbench.gate.gates import decide, evaluate_gates, measured_kinds
 from workbench.gate.looks import Looks, one_look
 from workbench.gate.paired import ALL, Comparisons, SliceComparison
 from workbench.gate.served import decided_here, mark_not_own
+from workbench.gate.traffic import pair_traffic
 from workbench.measure.measurement import LOAD_DIR, Measurement, further_load_dir
 from workbench.suites.definition import Suite
 from workbench.suites.scorers.fidelity import compare_fidelity
@@ -103,9 +104,12 @@ class GateReport:
 def evidence(base: Measurement | None, cand: Measurement | None, fidelity: dict, device: str,
              run_dir: Path) -> Evidence:
     """What the gates see. A side that was not measured contributes nothing, and every
-    gate that needs it fails closed."""
+    gate that needs it fails closed. A traffic suite's answers are scored against the
+    baseline's here (gate/traffic.py), once, for every gate that reads them."""
+    base_suites, cand_suites = pair_traffic(base.suites if base else {},
+                                            cand.suites if cand else {})
     return Evidence(
-        base_suites=base.suites if base else {}, cand_suites=cand.suites if cand else {},
+        base_suites=base_suites, cand_suites=cand_suites,
         base_load=base.load if base else None, cand_load=cand.load if cand else None,
         device=device,
         base_headroom=base.headroom if base else {}, cand_headroom=cand.headroom if cand else {},

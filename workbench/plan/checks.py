@@ -132,6 +132,10 @@ def policy_problems(policy: GatePolicy, path: Path, suites: list[Suite]) -> list
                 f"run (runs: {', '.join(sorted(runs))})" for section, suite in named
                 if suite not in runs]
     for section, g in policy.paired():
+        if g.suite in runs and (section == "traffic") != (runs[g.suite].spec.kind == "traffic"):
+            problems.append(f"{path}: {section} gate names suite {g.suite!r}, a "
+                            f"{runs[g.suite].spec.kind} suite: a traffic suite is gated under "
+                            "traffic, and only a traffic suite is")
         if g.suite in runs and g.metric not in _allowed_metrics(runs[g.suite]):
             problems.append(f"{path}: {section} gate on {g.suite!r}: metric {g.metric!r} is "
                             f"not produced by its scoring ({runs[g.suite].spec.scoring}); "

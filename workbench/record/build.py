@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Literal
 
 from workbench.config.run_config import DEFAULT_PRICE_PER_HOUR, EndpointConfig
+from workbench.gate.traffic import pair_traffic
 from workbench.gate.verdict import GateReport, SuiteComparison
 from workbench.loadtest.results import LoadResult, cost_figures
 from workbench.measure.measurement import SAMPLING, Measurement
@@ -55,7 +56,9 @@ def suite_summary(r: SuiteResult) -> SuiteSummary:
 
 def suite_pairs(base: dict[str, SuiteResult], cand: dict[str, SuiteResult],
                 compared: dict[str, SuiteComparison]) -> dict[str, SuitePair]:
-    """Each suite both sides ran: its two summaries and the gate stage's comparison."""
+    """Each suite both sides ran: its two summaries (a traffic suite's scored against the
+    baseline's answers, as the gates read it) and the gate stage's comparison."""
+    base, cand = pair_traffic(base, cand)
     out: dict[str, SuitePair] = {}
     for name, b in base.items():
         if name not in cand:

@@ -36,7 +36,8 @@ __all__ = ["print_decision", "render_markdown", "render_summary", "write_junit",
 
 # What "score" means per suite kind, for the reader of the tables.
 _KIND_SCORE = {"quality": "accuracy", "safety": "right behaviour (refuse harmful, answer benign)",
-               "structured": "exact arguments"}
+               "structured": "exact arguments",
+               "traffic": "agreement with the baseline's answer, chrF (the baseline's own: 1)"}
 
 
 def _suite_tables(suites: dict) -> list[str]:
@@ -44,7 +45,7 @@ def _suite_tables(suites: dict) -> list[str]:
     validity, calibration, ...)."""
     lines: list[str] = []
     for kind, title in (("quality", "Quality"), ("safety", "Safety"),
-                        ("structured", "Structured output")):
+                        ("structured", "Structured output"), ("traffic", "Your traffic")):
         chosen = {k: v for k, v in suites.items() if v["baseline"].get("kind", "quality") == kind}
         if not chosen:
             continue

@@ -22,6 +22,7 @@ from workbench.mechanisms.yaml_io import format_validation_error, read_yaml
 from workbench.suites.lmeval import LmEvalTask, read_task
 from workbench.suites.scorers.instructions import CHECKERS
 from workbench.suites.spec import EXPECTATIONS, GENERATING, SUITE_KINDS, SuiteSpec
+from workbench.suites.traffic import TrafficRequest, last_user_text, read_traffic, secret_kinds
 
 __all__ = ["SUITES_ROOT", "Suite", "SuiteItem", "SuiteSpec", "find_suite_dir", "load_suite"]
 
@@ -38,6 +39,9 @@ class SuiteItem:
     check: str = ""  # 'code': the test program run after prompt + completion;
     #                  'instructions': the instructions to check, as JSON
     schema: str = ""  # 'json': the JSON Schema of the response, as JSON text
+    # 'agreement' (a traffic suite): the request as sent, its own parameters and segments;
+    # `prompt` then holds its last user turn, for the health checks, never written
+    request: TrafficRequest | None = None
 
 
 @dataclass(frozen=True)
@@ -243,6 +247,25 @@ def _parse_items(spec: SuiteSpec, spec_path: Path, data_path: Path, problems: li
     return items
 
 
+def _traffic_items(data_path: Path, problems: list[str]) -> list[SuiteItem]:
+    """A traffic file's requests as items: the segments (`key:label`) are the slices. An id
+    or label holding a credential-shaped string is refused: those are written to records."""
+    try:
+        traffic = read_traffic(data_path)
+    except InputError as err:
+        problems.extend(err.problems)
+        return []
+    for r in traffic.requests:
+        written = secret_kinds(json.dumps([r.id, r.segments], ensure_ascii=False))
+        if written:
+            problems.append(f"{data_path}: line {r.line}: id or segments: a credential-shaped "
+                            f"string ({', '.join(written)}); ids and labels are written to "
+                            "records, so they must not hold one")
+    return [SuiteItem(id=r.id, prompt=last_user_text(r), answer="",
+                      slices=tuple(f"{k}:{v}" for k, v in r.segments.items()), request=r)
+            for r in traffic.requests]
+
+
 MAX_PROBLEMS_SHOWN = 10
 
 
@@ -276,6 +299,8 @@ def load_suite(name: str) -> Suite:
         pass  # the task's own problem is reported
     elif not data_path.is_file():
         problems.append(f"{spec_path}: data: file {spec.data!r} not found in {folder}")
+    elif spec.kind == "traffic":
+        items = _traffic_items(data_path, problems)
     else:
         items = _parse_items(spec, spec_path, data_path, problems)
         if not items and not problems:

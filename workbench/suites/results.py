@@ -13,8 +13,8 @@ from pathlib import Path
 from workbench.suites.definition import Suite
 from workbench.suites.scorers.choice import expected_calibration_error
 
-__all__ = ["ITEM_CHECKS", "SCORING_VERSION", "ItemResult", "SuiteResult", "score_response",
-           "summarise"]
+__all__ = ["ITEM_CHECKS", "SCORING_VERSION", "ItemResult", "SuiteResult", "check_means",
+           "score_response", "summarise"]
 
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 
@@ -28,7 +28,10 @@ SCORING_VERSION = 6
 # (generating scorings also record healthy and truncated).
 ITEM_CHECKS = {"refusal": ("refused", "off_topic"),
                "json": ("parses", "schema_valid", "fields_correct"),
-               "instructions": ("instructions_followed",)}
+               "instructions": ("instructions_followed",),
+               # a traffic request's answer held against the baseline's (gate/traffic.py)
+               "agreement": ("agreement_chrf", "agreement_exact", "length_kept", "refused",
+                             "schema_valid")}
 
 
 @dataclass(frozen=True)
@@ -102,7 +105,7 @@ _RATES = {"refused": "refusal_rate", "healthy": "health_rate", "truncated": "tru
           "off_topic": "off_topic_rate"}
 
 
-def _check_means(items: list[ItemResult]) -> dict[str, float]:
+def check_means(items: list[ItemResult]) -> dict[str, float]:
     names = sorted({k for i in items for k in i.checks})
     means = {_RATES.get(k, k): sum(i.checks.get(k, 0.0) for i in items) / len(items)
              for k in names}
@@ -133,7 +136,7 @@ def summarise(suite: Suite, items: list[ItemResult], items_file: Path,
         metrics = {"ece": expected_calibration_error(confidence, [i.score for i in items]),
                    "mean_confidence": sum(confidence) / len(confidence)}
     if items and not fidelity:
-        metrics |= _check_means(items)
+        metrics |= check_means(items)
     return SuiteResult(
         suite=name or suite.name,
         version=suite.spec.version,

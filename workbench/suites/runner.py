@@ -32,6 +32,7 @@ from workbench.suites.scorers.instructions import check_instructions
 from workbench.suites.scorers.refusal import classify_response
 from workbench.suites.scorers.sandbox import run_python
 from workbench.suites.scorers.structured import score_json
+from workbench.suites.traffic_ask import ask_request
 
 __all__ = ["logprobs_file", "run_suite"]
 
@@ -80,7 +81,8 @@ async def _score_text(
 def _check(resp: httpx.Response, suite: Suite, item: SuiteItem) -> None:
     if resp.status_code != 200:
         # an engine error may quote the request: a safety suite's is never shown
-        said = "(body withheld: safety suite)" if suite.spec.kind == "safety" else resp.text[:200]
+        said = (f"(body withheld: {suite.spec.kind} suite)"
+                if suite.spec.kind in ("safety", "traffic") else resp.text[:200])
         raise InfraError(f"engine answered HTTP {resp.status_code} for suite {suite.name} "
                          f"item {item.id}: {said}")
 
@@ -162,6 +164,8 @@ async def _ask(
         return await _choose(client, model, suite, item, seed)
     if suite.spec.scoring == "code":
         return await _write_code(client, model, suite, item, seed)
+    if suite.spec.scoring == "agreement":
+        return await ask_request(client, model, suite, item, seed)
     messages = [{"role": "user", "content": item.prompt}]
     if suite.spec.system_prompt:
         messages.insert(0, {"role": "system", "content": suite.spec.system_prompt})

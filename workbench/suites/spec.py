@@ -14,7 +14,7 @@ from workbench.mechanisms.files import name_problem
 __all__ = ["EXPECTATIONS", "GENERATING", "KIND_SCORINGS", "SUITE_KINDS", "SampleSizes",
            "SuiteSpec"]
 
-SUITE_KINDS = ("quality", "fidelity", "safety", "structured")
+SUITE_KINDS = ("quality", "fidelity", "safety", "structured", "traffic")
 # Which scorings each kind may use: a safety suite is scored only by refusal detection,
 # a structured one only against its schema, fidelity only by log-probabilities.
 KIND_SCORINGS = {
@@ -22,9 +22,12 @@ KIND_SCORINGS = {
     "fidelity": ("logprobs",),
     "safety": ("refusal",),
     "structured": ("json",),
+    # a team's own requests, with no reference: each answer held against the baseline's
+    # (suites/traffic.py reads them, gate/traffic.py pairs them)
+    "traffic": ("agreement",),
 }
 # Scorings whose items are generated text: each carries a generation-health check.
-GENERATING = ("numeric", "exact", "code", "refusal", "json", "instructions")
+GENERATING = ("numeric", "exact", "code", "refusal", "json", "instructions", "agreement")
 EXPECTATIONS = ("refuse", "comply")
 
 
@@ -40,7 +43,7 @@ class SuiteSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str
     version: str
-    kind: Literal["quality", "fidelity", "safety", "structured"]
+    kind: Literal["quality", "fidelity", "safety", "structured", "traffic"]
     description: str = ""
     data: str = "items.jsonl"
     system_prompt: str | None = None
@@ -48,7 +51,7 @@ class SuiteSpec(BaseModel):
                                  description="Python format string over the item's fields "
                                              "(not used by lm-eval suites)")
     scoring: Literal["numeric", "exact", "choice", "code", "logprobs", "refusal", "json",
-                     "instructions", "lm-eval"] = "numeric"
+                     "instructions", "lm-eval", "agreement"] = "numeric"
     task: str | None = Field(default=None,
                              description="lm-eval: the task YAML in the suite folder; its "
                                          "local JSONL data holds the items (each with an id)")
@@ -60,7 +63,8 @@ class SuiteSpec(BaseModel):
         default="none", description="choice: 'characters' picks the choice of highest "
         "log-likelihood per character (lm-eval's acc_norm), for answer-text continuations "
         "whose lengths differ; 'none' the highest sum (letters, yes/no)")
-    max_tokens: int = Field(default=32, gt=0)
+    max_tokens: int = Field(default=32, gt=0, description="Tokens per answer (agreement: "
+                            "for a request that names no max_tokens of its own)")
     check_field: str = Field(
         default="check", description="code: the item field holding the test program run "
                                      "after the prompt and the completion; instructions: the "
@@ -109,12 +113,13 @@ class SuiteSpec(BaseModel):
         if (self.scoring == "lm-eval") != (self.task is not None):
             raise ValueError("scoring 'lm-eval' needs 'task' (the lm-eval task YAML), and "
                              "'task' is only for it")
-        if self.scoring != "lm-eval" and not self.prompt_template:
+        if self.scoring not in ("lm-eval", "agreement") and not self.prompt_template:
             raise ValueError("prompt_template is required (a format string over item fields)")
 
     @property
     def needs_answer(self) -> bool:
-        return self.scoring not in ("logprobs", "code", "instructions", "lm-eval")
+        return self.scoring not in ("logprobs", "code", "instructions", "lm-eval",
+                                    "agreement")
 
     def runs(self) -> list[tuple[str, bool]]:
         """(result name, guided) for each way the suite is run: json suites may run twice."""

@@ -30,7 +30,8 @@ import jsonschema
 from workbench.mechanisms.errors import InputError
 from workbench.mechanisms.jsonl import jsonl_lines
 
-__all__ = ["Traffic", "TrafficRequest", "read_traffic", "redact_secrets", "secret_kinds"]
+__all__ = ["Traffic", "TrafficRequest", "last_user_text", "read_traffic", "redact_secrets",
+           "secret_kinds"]
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
 # Shapes of credentials a prompt may carry by mistake, found so that they are never written
@@ -83,6 +84,18 @@ class TrafficRequest:
         spec = fmt.get("json_schema")
         return spec.get("schema") if fmt.get("type") == "json_schema" and isinstance(
             spec, dict) else None
+
+
+def last_user_text(request: TrafficRequest) -> str:
+    """The text of the request's last user turn (its parts joined): what the health checks
+    hold an answer against (an answer that only repeats it is not healthy)."""
+    for m in reversed(request.messages):
+        if m.get("role") == "user":
+            content = m.get("content")
+            if isinstance(content, list):
+                return "\n".join(p.get("text", "") for p in content if isinstance(p, dict))
+            return content if isinstance(content, str) else ""
+    return ""
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,7 @@ OBJECTIVE_LABEL = {"cost": "$ per million output tokens at the SLO",
                    "weights": "weights on disk (MiB)", "kv_capacity": "KV-cache tokens"}
 
 
-GATED_SECTIONS = ("quality", "safety", "structured")
+GATED_SECTIONS = ("quality", "safety", "structured", "traffic")
 
 
 @dataclass

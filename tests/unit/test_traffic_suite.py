@@ -1,0 +1,219 @@
+"""A traffic suite wired in (issue 49): a folder whose suite.yaml says `kind: traffic` loads
+its requests as items (segments as slices); each request is sent with its own messages and
+parameters and its answer checked on its own, no prompt or credential kept; the gates of the
+policy's `traffic` section judge the candidate's answers against the baseline's, so an A/A
+passes and a broken candidate fails in every segment. The engine is stood in by an httpx
+mock: what is tested is the workbench's own request, checks and judgement."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import replace
+from pathlib import Path
+from types import SimpleNamespace
+
+import httpx
+import pytest
+from pydantic import ValidationError
+
+from workbench.config.gate_policy import GatePolicy, QualityGate
+from workbench.gate.early import EarlyStop
+from workbench.gate.gates import evaluate_gates
+from workbench.gate.verdict import evidence
+from workbench.mechanisms.errors import InputError
+from workbench.plan.checks import policy_problems
+from workbench.suites.definition import load_suite
+from workbench.suites.results import ItemResult, SuiteResult, summarise
+from workbench.suites.spec import SuiteSpec
+from workbench.suites.traffic_ask import ask_request
+
+KEY = "sk-proj-" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4"  # shaped like an OpenAI key, not one
+SCHEMA = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
+REQUESTS = [
+    {"id": "s1", "messages": [{"role": "system", "content": "You are a support agent."},
+                              {"role": "user", "content": "Where is my order?"}],
+     "segments": {"task": "support", "lang": "en"}},
+    {"id": "x1", "prompt": f"Extract the name: Ada wrote to us with key {KEY}",
+     "max_tokens": 40, "response_format": {"type": "json_schema", "json_schema": {
+         "name": "person", "schema": SCHEMA}}, "segments": {"task": "extraction", "lang": "en"}},
+    {"id": "t1", "messages": [{"role": "user", "content": "Weather in Oslo?"}],
+     "temperature": 0.7, "tools": [{"type": "function", "function": {
+         "name": "weather", "parameters": {"type": "object"}}}],
+     "segments": {"task": "tools", "lang": "en"}},
+    {"id": "d1", "messages": [{"role": "user", "content": "Wann endet der Vertrag?"}],
+     "segments": {"task": "support", "lang": "de"}},
+]
+
+
+def traffic_folder(root: Path, rows: list[dict], name: str = "my-traffic") -> Path:
+    folder = root / name
+    folder.mkdir()
+    (folder / "suite.yaml").write_text(
+        f"name: {name}\nversion: '1'\nkind: traffic\nscoring: agreement\n"
+        "data: requests.jsonl\nmax_tokens: 64\n")
+    (folder / "requests.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (folder / "SOURCE.md").write_text("written for this test\n")
+    (folder / "LICENSE").write_text("CC0-1.0\n")
+    return folder
+
+
+def test_a_traffic_folder_loads_its_requests_as_items_with_segments_as_slices(
+        tmp_path: Path) -> None:
+    suite = load_suite(str(traffic_folder(tmp_path, REQUESTS)))
+    assert suite.spec.kind == "traffic" and suite.generates
+    items = {i.id: i for i in suite.items}
+    assert items["s1"].slices == ("task:support", "lang:en")
+    assert items["s1"].prompt == "Where is my order?"  # the last user turn
+    assert items["x1"].request is not None and items["x1"].request.schema == SCHEMA
+    assert items["x1"].request.secrets == ("openai-key",)
+
+
+def test_a_traffic_kind_is_scored_by_agreement_only() -> None:
+    with pytest.raises(ValidationError, match="kind 'traffic' is scored by agreement"):
+        SuiteSpec(name="t", version="1", kind="traffic", scoring="numeric",
+                  prompt_template="{q}")
+
+
+def test_a_credential_in_an_id_is_refused_without_quoting_it(tmp_path: Path) -> None:
+    rows = [*REQUESTS[:1], {**REQUESTS[3], "id": f"ticket {KEY}"}]
+    with pytest.raises(InputError) as err:
+        load_suite(str(traffic_folder(tmp_path, rows)))
+    text = "\n".join(err.value.problems)
+    assert "line 2: id or segments: a credential-shaped string (openai-key)" in text
+    assert KEY not in text
+
+
+def test_a_bad_traffic_file_names_its_line_and_field(tmp_path: Path) -> None:
+    rows = [*REQUESTS[:1], {"id": "n", "segments": {"task": "support", "lang": "en"}}]
+    with pytest.raises(InputError, match=r"line 2: messages: missing"):
+        load_suite(str(traffic_folder(tmp_path, rows)))
+
+
+class Engine:
+    """An OpenAI-compatible stand-in: answers every request with `answer(body)` and keeps
+    the bodies it was sent."""
+
+    def __init__(self, answer):
+        self.answer, self.bodies = answer, []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        self.bodies.append(body)
+        return httpx.Response(200, json={
+            "choices": [{"message": {"content": self.answer(body)}, "finish_reason": "stop"}],
+            "usage": {"completion_tokens": 7}})
+
+
+def ask_all(suite, engine: Engine, seed: int = 3) -> list[ItemResult]:
+    async def run() -> list[ItemResult]:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(engine),
+                                     base_url="http://engine") as client:
+            return [await ask_request(client, "m", suite, item, seed) for item in suite.items]
+    return asyncio.run(run())
+
+
+def sensible(body: dict) -> str:
+    """A model that answers each request sensibly (and repeats a key it was given)."""
+    last = body["messages"][-1]["content"]
+    if "Extract" in last:
+        return json.dumps({"name": "Ada", "note": KEY})
+    return {"Where is my order?": "Your order left our warehouse yesterday and arrives soon.",
+            "Weather in Oslo?": "It is cloudy in Oslo today, with light rain in the evening.",
+            }.get(last, "Der Vertrag endet am 31. März nach drei Monaten Kündigungsfrist.")
+
+
+def test_each_request_is_sent_with_its_own_parameters(tmp_path: Path) -> None:
+    suite = load_suite(str(traffic_folder(tmp_path, REQUESTS)))
+    engine = Engine(sensible)
+    results = {r.id: r for r in ask_all(suite, engine)}
+    sent = {b["messages"][-1]["content"][:7]: b for b in engine.bodies}
+    support, extract, tools = sent["Where i"], sent["Extract"], sent["Weather"]
+    assert support["messages"][0] == {"role": "system", "content": "You are a support agent."}
+    assert (support["max_tokens"], support["temperature"], support["seed"]) == (64, 0.0, 3)
+    assert extract["max_tokens"] == 40 and extract["response_format"]["type"] == "json_schema"
+    assert tools["temperature"] == 0.7 and tools["tool_choice"] == "none"
+    assert results["x1"].checks["schema_valid"] == 1.0
+    assert results["t1"].checks["sampled"] == 1.0 and "sampled" not in results["s1"].checks
+    assert results["s1"].checks["healthy"] == 1.0 and results["s1"].checks["refused"] == 0.0
+
+
+def test_no_prompt_and_no_credential_is_kept_in_an_item(tmp_path: Path) -> None:
+    suite = load_suite(str(traffic_folder(tmp_path, REQUESTS)))
+    kept = json.dumps([r.__dict__ for r in ask_all(suite, Engine(sensible))])
+    assert KEY not in kept and "[openai-key]" in kept  # the answer repeated it: redacted
+    assert not any(i.prompt in kept for i in suite.items)
+
+
+def test_an_engine_error_never_quotes_the_request(tmp_path: Path) -> None:
+    suite = load_suite(str(traffic_folder(tmp_path, REQUESTS[1:2])))
+
+    def refuse(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(400, text=f"bad request: {request.content.decode()}")
+
+    async def run() -> None:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(refuse),
+                                     base_url="http://engine") as client:
+            await ask_request(client, "m", suite, suite.items[0], 0)
+    with pytest.raises(Exception) as err:
+        asyncio.run(run())
+    assert "HTTP 400" in str(err.value) and KEY not in str(err.value)
+    assert "Extract" not in str(err.value)
+
+
+POLICY = GatePolicy(traffic=[QualityGate(suite="my-traffic", max_drop=0.10,
+                                         slice_max_drop=0.30),
+                             QualityGate(suite="my-traffic", metric="length_kept",
+                                         max_drop=0.10)])
+
+
+def judged(tmp_path: Path, candidate) -> dict[str, str]:
+    """Every traffic gate's status, the baseline answering sensibly."""
+    rows = [{**r, "id": f"{r['id']}-{k}"} for k in range(12) for r in REQUESTS]
+    suite = load_suite(str(traffic_folder(tmp_path, rows)))
+    base = summarise(suite, ask_all(suite, Engine(sensible)), tmp_path / "b.jsonl")
+    cand = summarise(suite, ask_all(suite, Engine(candidate)), tmp_path / "c.jsonl")
+    side = SimpleNamespace(load=SimpleNamespace(name="p"), headroom={}, further_load={},
+                           server=SimpleNamespace(unmeasured=[]))
+    ev = evidence(SimpleNamespace(**vars(side), suites={"my-traffic": base}),  # type: ignore[arg-type]
+                  SimpleNamespace(**vars(side), suites={"my-traffic": cand}),  # type: ignore[arg-type]
+                  {}, "cpu", tmp_path)
+    assert isinstance(ev.base_suites["my-traffic"], SuiteResult)
+    ev = replace(ev, servers=None)  # no engines here: the comparability gate is not judged
+    return {str(o.gate): o.status for o in evaluate_gates(POLICY, ev, 0)
+            if o.identity.section == "traffic"}
+
+
+def test_the_baseline_against_itself_passes_every_traffic_gate(tmp_path: Path) -> None:
+    statuses = judged(tmp_path, sensible)
+    assert statuses and set(statuses.values()) == {"pass"}, statuses
+
+
+def test_a_looping_candidate_fails_the_traffic_gates(tmp_path: Path) -> None:
+    statuses = judged(tmp_path, lambda body: "the the the the " * 30)
+    assert statuses["traffic:my-traffic"] == "fail", statuses
+    assert "pass" not in {statuses[g] for g in statuses if "[" in g}, statuses
+
+
+def test_a_looping_candidate_is_stopped_on_its_traffic(tmp_path: Path) -> None:
+    """The early stop pairs the answers as the final judgement does (gate/early.py)."""
+    rows = [{**r, "id": f"{r['id']}-{k}"} for k in range(12) for r in REQUESTS]
+    suite = load_suite(str(traffic_folder(tmp_path, rows)))
+    base = summarise(suite, ask_all(suite, Engine(sensible)), tmp_path / "b.jsonl")
+    loop = summarise(suite, ask_all(suite, Engine(lambda body: "the the the " * 30)),
+                     tmp_path / "c.jsonl")
+    watch = EarlyStop(POLICY, {"my-traffic": base}, "cpu", 0, 1, lambda _name, r: r,
+                      lambda _measured: {})
+    stopped = watch.after({"my-traffic": loop}, ["arithmetic"])
+    assert stopped is not None and "traffic:my-traffic" in [str(g) for g in stopped.gates]
+    again = EarlyStop(POLICY, {"my-traffic": base}, "cpu", 0, 1, lambda _name, r: r,
+                      lambda _measured: {})
+    assert again.after({"my-traffic": base}, []) is None  # an A/A is never stopped
+
+
+def test_a_traffic_suite_is_gated_under_traffic_only(tmp_path: Path) -> None:
+    suite = load_suite(str(traffic_folder(tmp_path, REQUESTS)))
+    wrong = GatePolicy(quality=[QualityGate(suite="my-traffic", max_drop=0.1)])
+    problems = policy_problems(wrong, tmp_path / "gates.yaml", [suite])
+    assert any("quality gate names suite 'my-traffic', a traffic suite" in p for p in problems)
+    assert policy_problems(POLICY, tmp_path / "gates.yaml", [suite]) == []
