@@ -1,0 +1,120 @@
+"""A team's own traffic as a suite, through the real engine (issue 49): the tiny "talking"
+model (test_looping_candidate.py) against itself passes every traffic gate in every
+segment; the looping one fails them; no prompt, and no credential-shaped string from one,
+reaches the console, a log, a record or MLflow's store."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from test_looping_candidate import REPO, cycle_model
+
+pytestmark = pytest.mark.integration
+
+MARKER = "quokka-ledger-4417"  # a prompt's words, to be found nowhere the run writes
+KEY = "sk-proj-" + "Z9y8X7w6V5u4T3s2R1q0P9o8N7m6"  # shaped like an OpenAI key, not one
+SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+
+
+def requests() -> list[dict]:
+    rows = []
+    for k in range(12):
+        rows.append({"id": f"support-{k}", "messages": [
+            {"role": "system", "content": "You answer customers of a parcel service."},
+            {"role": "user", "content": f"Parcel {k} about {MARKER}: where is it? {KEY}"}],
+            "segments": {"task": "support"}})
+        body = {"messages": [{"role": "user", "content": f"Which city, {MARKER} #{k}?"}],
+                "max_tokens": 24, "metadata": {"task": "extraction"}}
+        if k % 3 == 0:
+            body["response_format"] = {"type": "json_schema", "json_schema": {
+                "name": "place", "schema": SCHEMA}}
+        if k % 3 == 1:
+            body["tools"] = [{"type": "function", "function": {
+                "name": "lookup", "parameters": {"type": "object"}}}]
+        rows.append({"custom_id": f"extract-{k}", "body": body})
+    return rows
+
+
+def traffic_suite(folder: Path) -> Path:
+    folder.mkdir()
+    (folder / "suite.yaml").write_text("name: my-traffic\nversion: '1'\nkind: traffic\n"
+                                       "scoring: agreement\ndata: requests.jsonl\n"
+                                       "max_tokens: 48\n")
+    (folder / "requests.jsonl").write_text("".join(json.dumps(r) + "\n" for r in requests()))
+    (folder / "SOURCE.md").write_text("Written for this test.\n")
+    (folder / "LICENSE").write_text("CC0-1.0\n")
+    return folder
+
+
+CONFIG = """
+model: {{name: talking-llama, path: {talking}}}
+candidates:
+  same: {{recipe: none}}
+  looping: {{checkpoint: {looping}}}
+calibration:
+  files: [{repo}/calibration_data/shakespeare_milton.jsonl]
+engine: {{max_model_len: 512, enforce_eager: true, kv_cache_space_gib: 1, startup_timeout_s: 600}}
+suites: [{traffic}]
+profile: smoke
+load:
+  profile: tiny
+  rounds: 1
+  profiles:
+    tiny: {{concurrency: [1], num_prompts: 4, prompt_tokens: 32, output_tokens: 8,
+           warmup_prompts: 1}}
+gates: gates.yaml
+tracking: {{experiment: traffic}}
+"""
+GATES = """
+traffic:
+  - {suite: my-traffic, max_drop: 0.10, slice_max_drop: 0.30}
+  - {suite: my-traffic, metric: length_kept, max_drop: 0.10}
+health: {max_drop: 0.10}
+"""
+
+
+def test_own_traffic_passes_an_aa_and_fails_a_looping_model_and_keeps_prompts_private(
+        tiny_model: Path, tmp_path: Path, workbench) -> None:
+    talking = cycle_model(tiny_model, tmp_path / "talking", 150)
+    looping = cycle_model(tiny_model, tmp_path / "looping", 3)
+    (tmp_path / "gates.yaml").write_text(GATES)
+    config = tmp_path / "traffic.yaml"
+    config.write_text(CONFIG.format(talking=talking, looping=looping, repo=REPO,
+                                    traffic=traffic_suite(tmp_path / "my-traffic")))
+    outputs = []
+    for candidate in ("same", "looping"):
+        run = workbench("evaluate", "--candidate", candidate, "--config", str(config),
+                        "--runs-dir", "runs", cwd=tmp_path)
+        outputs.append(run.stdout + run.stderr)
+        assert run.returncode in (0, 1), outputs[-1][-3000:]
+
+    same = record(tmp_path, "same")
+    traffic = {g["gate"]: g for g in same["gates"] if g["id"]["section"] == "traffic"}
+    assert {"traffic:my-traffic", "traffic:my-traffic[task:support]",
+            "traffic:my-traffic[task:extraction]", "traffic:my-traffic.length_kept"} <= set(
+        traffic)
+    assert all(g["status"] == "pass" for g in traffic.values()), traffic
+    pair = same["suites"]["my-traffic"]
+    assert pair["baseline"]["accuracy"] == 1.0 == pair["candidate"]["accuracy"]
+    assert pair["candidate"]["metrics"]["agreement_exact"] == 1.0
+
+    looping = record(tmp_path, "looping")
+    assert looping["decision"] == "reject"
+    failed = {g["gate"] for g in looping["gates"] if g["status"] == "fail"}
+    assert {"traffic:my-traffic", "health:my-traffic"} <= failed, failed
+
+    written = [p for p in tmp_path.rglob("*") if p.is_file()
+               and "my-traffic" not in p.parts and p.name != "traffic.yaml"]
+    assert any(p.name.startswith("items-my-traffic") for p in written)
+    for path in written:
+        data = path.read_bytes()
+        assert MARKER.encode() not in data and KEY.encode() not in data, path
+    for out in outputs:
+        assert MARKER not in out and KEY not in out
+
+
+def record(tmp_path: Path, candidate: str) -> dict:
+    return json.loads(next((tmp_path / "runs").glob(f"*-{candidate}/decision.json"))
+                      .read_text())
