@@ -30,6 +30,7 @@ from workbench.cli.options import (
     summary_option,
     write_ci_outputs,
 )
+from workbench.cli.traffic import traffic_trace
 from workbench.cli.tune import tune
 from workbench.config.run_config import load_config
 from workbench.mechanisms.digests import folder_digest
@@ -312,3 +313,4 @@ def log_command(run_dir: Path) -> int:
 
 
 main.add_command(tune)  # in a module of its own (cli/tune.py), with the shared options
+main.add_command(traffic_trace)  # cli/traffic.py

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.config.run_config import RunConfig
-from workbench.suites.definition import Suite
+from workbench.suites.definition import Suite, SuiteItem
 
 __all__ = ["CHAT_TEMPLATE_MARGIN", "chat_overhead", "context_problems"]
 
@@ -67,6 +67,15 @@ def chat_overhead(model_dir: Path, tok: Any, system_prompt: str | None) -> int:
     return max(0, len(tok.encode(text).ids) - len(tok.encode("x").ids))
 
 
+def _text(item: SuiteItem) -> str:
+    """What an item sends: its prompt, or a traffic request's every turn and tool."""
+    if item.request is None:
+        return item.prompt
+    turns = [m.get("content") for m in item.request.messages]
+    parts = [t if isinstance(t, str) else json.dumps(t) for t in turns if t]
+    return "\n".join(parts + [json.dumps(list(item.request.tools))] * bool(item.request.tools))
+
+
 def context_problems(cfg: RunConfig, suites: list[Suite]) -> list[str]:
     """Suites with a prompt the engine would refuse (a 400 halfway through a run): one that
     leaves no room in engine.max_model_len for a single generated token, or a choice that
@@ -86,12 +95,12 @@ def context_problems(cfg: RunConfig, suites: list[Suite]) -> list[str]:
         if spec.scoring == "lm-eval":
             continue
         items = suite.sample(cfg.profile, cfg.seed)
-        longest = sorted(items, key=lambda it: len(it.prompt) + max(map(len, it.choices),
-                                                                     default=0))[-8:]
+        longest = sorted(items, key=lambda it: len(_text(it)) + max(map(len, it.choices),
+                                                                    default=0))[-8:]
         overhead = (chat_overhead(model_dir, tok, spec.system_prompt)
                     if spec.scoring not in ("logprobs", "choice", "code") else 0)
         for it in longest:
-            prompt = len(tok.encode(it.prompt).ids)
+            prompt = len(tok.encode(_text(it)).ids)
             if spec.scoring == "logprobs":
                 need, what = min(prompt, spec.max_prompt_tokens), "its text (cut)"
             elif spec.scoring == "choice":
