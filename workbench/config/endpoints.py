@@ -8,7 +8,25 @@ from pydantic import Field, field_validator
 
 from workbench.mechanisms.yaml_io import StrictModel
 
-__all__ = ["EndpointConfig", "EndpointsConfig"]
+__all__ = ["EndpointConfig", "EndpointsConfig", "env_var_name", "http_root"]
+
+
+def http_root(v: str) -> str:
+    """A server's root URL: http(s), no credentials in it, no trailing /v1."""
+    if not re.match(r"^https?://[^/\s]+", v):
+        raise ValueError(f"must be an http:// or https:// URL, got {v!r}")
+    if "@" in v.split("/")[2]:
+        raise ValueError("must not carry credentials (user:password@); name the key's "
+                         "environment variable in api_key_env")
+    return v.rstrip("/").removesuffix("/v1")
+
+
+def env_var_name(v: str | None) -> str | None:
+    """The name of an environment variable holding a key, never the key itself."""
+    if v is not None and not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", v):
+        raise ValueError("must be the name of an environment variable (letters, digits, "
+                         "_), not the key itself")
+    return v
 
 
 class EndpointConfig(StrictModel):
@@ -28,20 +46,12 @@ class EndpointConfig(StrictModel):
     @field_validator("url")
     @classmethod
     def _http(cls, v: str) -> str:
-        if not re.match(r"^https?://[^/\s]+", v):
-            raise ValueError(f"must be an http:// or https:// URL, got {v!r}")
-        if "@" in v.split("/")[2]:
-            raise ValueError("must not carry credentials (user:password@); name the key's "
-                             "environment variable in api_key_env")
-        return v.rstrip("/").removesuffix("/v1")
+        return http_root(v)
 
     @field_validator("api_key_env")
     @classmethod
     def _env_name(cls, v: str | None) -> str | None:
-        if v is not None and not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", v):
-            raise ValueError("must be the name of an environment variable (letters, digits, "
-                             "_), not the key itself")
-        return v
+        return env_var_name(v)
 
 
 class EndpointsConfig(StrictModel):

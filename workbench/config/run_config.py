@@ -21,6 +21,7 @@ from workbench.config.candidate import (  # re-exported: the run config names th
     Candidate,
 )
 from workbench.config.endpoints import EndpointConfig, EndpointsConfig  # re-exported
+from workbench.config.judge import JudgeConfig
 from workbench.config.load import (  # re-exported: the run config names them
     BUILTIN_PROFILES,
     DEFAULT_PRICE_PER_HOUR,
@@ -207,6 +208,9 @@ class RunConfig(StrictModel):
     endpoints: EndpointsConfig = EndpointsConfig()
     rollout: RolloutConfig = RolloutConfig()
     tune: TuneConfig = TuneConfig()
+    judge: JudgeConfig | None = Field(default=None, description=(
+        "A model asked whether each traffic answer is as good as the baseline's "
+        "(docs/traffic.md); off unless declared"))
 
     # Set by load_config, not by the user.
     source: Path = Field(default=Path("."), exclude=True)

@@ -86,6 +86,8 @@ def past_doubt(outcome: GateOutcome, measured: set[str], bound: float) -> bool:
     if gate.section not in SUITE_SECTIONS or gate.subject == POOLED \
             or gate.subject not in measured:
         return False
+    if (gate.metric or "").startswith("judge_"):  # the judge reads answers once both are in
+        return False
     p = _p_fail(outcome)
     return p is None or p <= bound
 

@@ -74,7 +74,21 @@ def against_baseline(base: SuiteResult, cand: SuiteResult
     ordered = sorted(base.items, key=lambda i: i.id)
     base_items = [_baseline_item(b) for b in ordered]
     cand_items = [_candidate_item(answered.get(b.id) or _unanswered(b), b) for b in ordered]
+    if any("judge_as_good" in i.checks for i in cand.items):  # a judge read them
+        base_items = [_with_checks(i, JUDGED_BASELINE) for i in base_items]
+        cand_items = [i if "judge_as_good" in i.checks else _with_checks(i, NOT_JUDGED)
+                      for i in cand_items]
     return _summed(base, base_items), _summed(cand, cand_items)
+
+
+# the judge's checks (measure/judge.py): the baseline's answer is as good as itself; a
+# request the candidate did not answer, or the judge was not asked about, is not
+JUDGED_BASELINE = {"judge_as_good": 1.0, "judge_no_verdict": 0.0}
+NOT_JUDGED = {"judge_as_good": 0.0, "judge_no_verdict": 1.0}
+
+
+def _with_checks(item: ItemResult, checks: dict[str, float]) -> ItemResult:
+    return replace(item, checks={**item.checks, **checks})
 
 
 def pair_traffic(base: dict[str, SuiteResult], cand: dict[str, SuiteResult]

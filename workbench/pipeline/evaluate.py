@@ -28,6 +28,7 @@ from workbench.gate.looks import (
     second_look_due,
 )
 from workbench.gate.verdict import judge, token_fidelity
+from workbench.measure.judge import JudgeRun, judge_pair
 from workbench.measure.pair import ROLES, MeasuredPair, baseline_entry, measure_pair
 from workbench.measure.watch import WatchFor
 from workbench.mechanisms.errors import InfraError
@@ -39,6 +40,7 @@ from workbench.plan.plan import Outputs, Plan, plan
 from workbench.record.build import build_record
 from workbench.record.decision import DecisionRecord
 from workbench.record.render import print_decision, write_record
+from workbench.record.sections import JudgeJson
 from workbench.record.store import POLICY_FILE, keep_first_look
 from workbench.suites.results import SuiteResult
 from workbench.tracking.run_log import (
@@ -138,8 +140,20 @@ def _keep_inputs(p: Plan, run_dir: Path) -> None:
     shutil.copyfile(p.cfg.resolve(p.cfg.gates), run_dir / POLICY_FILE)
 
 
+def _with_judge(p: Plan, pair: MeasuredPair, run_dir: Path, console: Console
+                ) -> tuple[MeasuredPair, JudgeRun | None]:
+    """The judge model's verdicts on the traffic suites' answers, where one is declared
+    (measure/judge.py)."""
+    judge_cfg = p.cfg.judge
+    if judge_cfg is None:
+        return pair, None
+    with stage("judge model", run_dir):
+        return judge_pair(pair, p.suites, judge_cfg, p.cfg.resolve(judge_cfg.rubric),
+                          p.cfg.seed, run_dir, console)
+
+
 def _judge_and_record(p: Plan, pair: MeasuredPair, run_dir: Path, tracker: Tracker,
-                      looks: Looks) -> DecisionRecord:
+                      looks: Looks, judged: JudgeRun | None) -> DecisionRecord:
     with stage("judge and record", run_dir, "judge"):
         fidelity = token_fidelity(p.suites, run_dir, p.split.keeps if p.split else None)
         dense = pair.artifact.dense
@@ -147,6 +161,10 @@ def _judge_and_record(p: Plan, pair: MeasuredPair, run_dir: Path, tracker: Track
                        fidelity, p.device, run_dir, p.cfg.seed, looks,
                        dense.not_own if dense else None)
         rec = build_record(p, pair, report, fidelity, run_dir, mlflow_section(tracker))
+        rec.judge = None if judged is None else JudgeJson(
+            model=judged.model, url=judged.url, rubric_sha256=judged.rubric_sha256,
+            both_orders=judged.both_orders, asked=judged.asked, as_good=judged.as_good,
+            no_verdict=judged.no_verdict)
         write_record(run_dir, rec)
         _write_timing(run_dir)
     return rec
@@ -240,13 +258,14 @@ def _evaluate(p: Plan, run_dir: Path, console: Console, remeasure: bool,
             first = _first_look(p, handed_over=measured is not None)
             measure = measured or functools.partial(measure_planned, p, run_dir, console,
                                                     remeasure, first["planned"], measure_all)
-            pair = measure()
-            rec = _judge_and_record(p, pair, run_dir, tracker, first)
+            pair, judged = _with_judge(p, measure(), run_dir, console)
+            rec = _judge_and_record(p, pair, run_dir, tracker, first, judged)
             looked_again = _second_look(p, pair, rec, run_dir, console, remeasure,
                                         measure_all)
             if looked_again is not None:
                 p, pair, looks = looked_again
-                rec = _judge_and_record(p, pair, run_dir, tracker, looks)
+                pair, judged = _with_judge(p, pair, run_dir, console)
+                rec = _judge_and_record(p, pair, run_dir, tracker, looks, judged)
             with span("MLflow: metrics, runs, registry", "log"):
                 log_run(tracker, rec, {role: pair.side(role) for role in ROLES},
                         [(s.name, s.path, s.digest) for s in p.suites])

@@ -33,6 +33,7 @@ from workbench.plan.checks import (
 )
 from workbench.plan.context import context_problems
 from workbench.plan.device_checks import device_problems
+from workbench.plan.judge_checks import judge_problems
 from workbench.quantize.checks import candidate_problems, serving_problem
 from workbench.quantize.formats import format_of_candidate, served_dense
 from workbench.serve.engine import detect_device, engine_version
@@ -152,6 +153,7 @@ def suites_and_policy(cfg: RunConfig, problems: Problems
     policy = problems.get(lambda: load_gate_policy(path)) if path is not None else None
     if policy is not None and path is not None and len(suites) == len(cfg.suites):
         problems.extend(policy_problems(policy, path, suites))
+        problems.extend(judge_problems(cfg, policy, path, suites))
     if policy is not None:
         problems.extend(f"{path}: {where}: {name!r} is not a load profile of "
                         f"{cfg.source.name}; known: {', '.join(sorted(cfg.load.profiles))}"

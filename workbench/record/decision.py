@@ -23,6 +23,7 @@ from workbench.record.sections import (
     EngineSection,
     FidelityJson,
     HeadroomJson,
+    JudgeJson,
     LoadJson,
     MlflowSection,
     ModelSection,
@@ -39,6 +40,7 @@ __all__ = ["SCHEMA_VERSION", "SEVERITY", "DecisionRecord", "FurtherLoad", "Role"
            "counted", "gate_counts", "host_facts", "quantization_metrics", "record_metrics",
            "worst_first"]
 
+# 15: the judge model that read a traffic suite's answers, and by which rubric (judge);
 # 14: a candidate served as its weights dequantised where the device has no kernel for its
 # format (served_dense; its speed and memory gates not_measured, with the reason);
 # 13: a candidate stopped early (early_stop; the gates it left out are not_measured);
@@ -60,7 +62,7 @@ __all__ = ["SCHEMA_VERSION", "SEVERITY", "DecisionRecord", "FurtherLoad", "Role"
 # by its parts (id), not only as text; 4: endpoints, hub commit, per-device cost,
 # unmeasurable figures null; 3: every section typed below the top level; 2: policy, plots,
 # kernels. record/migrate.py reads every one of them.
-SCHEMA_VERSION = 14
+SCHEMA_VERSION = 15
 
 
 class Sampling(TypedDict):
@@ -129,6 +131,8 @@ class DecisionRecord:
     # 14: the candidate's weights served dequantised, where this device has no kernel for
     # its format; None: served as it is
     served_dense: ServedDenseJson | None = None
+    # 15: the judge model of the traffic suites, where the config declared one
+    judge: JudgeJson | None = None
     schema_version: int = SCHEMA_VERSION
     # the schema versions a stored record was migrated through before it was judged again
     migrated_from: list[int] = field(default_factory=list)

@@ -128,6 +128,19 @@ class ServedDenseJson(TypedDict):
     judged_here: Literal["promote", "reject", "inconclusive"]
 
 
+class JudgeJson(TypedDict):
+    """15: the judge model that read the traffic suites' answers (measure/judge.py): who,
+    by which rubric (its SHA-256, never its text), and what it said in all."""
+
+    model: str
+    url: str
+    rubric_sha256: str
+    both_orders: bool
+    asked: int
+    as_good: int
+    no_verdict: int  # replies it could not read: counted against the candidate
+
+
 class SliceScore(TypedDict):
     n: int
     accuracy: NotRequired[float]  # scored suites

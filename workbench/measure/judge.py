@@ -1,0 +1,110 @@
+"""The judge stage (issue 49, step 3), after both sides are measured: where the config
+declares a `judge`, each traffic request the candidate answered is put to it with the
+baseline's answer (both orders by default), and the candidate's item gets
+`judge_as_good` (1: as good, 0: worse or no verdict) and `judge_no_verdict`. Its items
+file is written again with them, so a stored run re-judged reads the same values; the
+verdicts by id and order, never the text, go to judge-<suite>.jsonl beside it."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+from rich.console import Console
+
+from workbench.config.judge import JudgeConfig
+from workbench.measure.pair import MeasuredPair
+from workbench.mechanisms.files import read_text, write_json
+from workbench.mechanisms.jsonl import write_jsonl
+from workbench.suites.definition import Suite, SuiteItem
+from workbench.suites.judge_ask import ask_judge
+from workbench.suites.results import ItemResult, SuiteResult, check_means
+from workbench.suites.scorers.judge import (
+    as_good,
+    candidate_first,
+    judge_messages,
+    parse_verdict,
+)
+
+__all__ = ["JudgeRun", "judge_pair"]
+
+
+@dataclass(frozen=True)
+class JudgeRun:
+    """Who judged and by what: the record's `judge` section."""
+
+    model: str
+    url: str
+    rubric_sha256: str
+    both_orders: bool
+    asked: int  # requests put to it
+    as_good: int
+    no_verdict: int
+
+
+def _orders(judge: JudgeConfig, seed: int, item_id: str) -> list[bool]:
+    first = candidate_first(seed, item_id)
+    return [first, not first] if judge.both_orders else [first]
+
+
+def _judged(judge: JudgeConfig, rubric: str, seed: int, items: dict[str, SuiteItem],
+            base: SuiteResult, cand: SuiteResult) -> tuple[list[ItemResult], list[dict]]:
+    """The candidate's items with the judge's checks, and the verdicts by id."""
+    answers = {i.id: i.response for i in base.items}
+    asked = [i for i in cand.items if i.id in answers and items.get(i.id) is not None
+             and items[i.id].request is not None]
+    chats, where = [], []
+    for item in asked:
+        request = items[item.id].request
+        assert request is not None
+        for cand_first in _orders(judge, seed, item.id):
+            pair = (item.response, answers[item.id])
+            first, second = pair if cand_first else pair[::-1]
+            chats.append(judge_messages(rubric, request.messages, first, second))
+            where.append((item.id, cand_first))
+    replies = ask_judge(judge, chats)
+    verdicts: dict[str, list[tuple[str | None, bool]]] = {}
+    for (item_id, cand_first), reply in zip(where, replies, strict=True):
+        verdicts.setdefault(item_id, []).append((parse_verdict(reply), cand_first))
+    out, rows = [], []
+    for item in cand.items:
+        if item.id not in verdicts:
+            out.append(item)
+            continue
+        good = as_good(verdicts[item.id])
+        out.append(replace(item, checks={**item.checks, "judge_as_good": good or 0.0,
+                                         "judge_no_verdict": float(good is None)}))
+        rows.append({"id": item.id, "candidate_first": [f for _, f in verdicts[item.id]],
+                     "verdicts": [v for v, _ in verdicts[item.id]], "as_good": good})
+    return out, rows
+
+
+def judge_pair(pair: MeasuredPair, suites: list[Suite], judge: JudgeConfig | None,
+               rubric_path: Path, seed: int, run_dir: Path, console: Console
+               ) -> tuple[MeasuredPair, JudgeRun | None]:
+    """The pair with every traffic suite's candidate items judged (unchanged without a
+    judge or a traffic suite both sides answered)."""
+    traffic = [s for s in suites if s.spec.kind == "traffic"
+               and s.name in pair.baseline.suites and s.name in pair.candidate.suites]
+    if judge is None or not traffic:
+        return pair, None
+    rubric = read_text(rubric_path)
+    judged = dict(pair.candidate.suites)
+    counts = [0, 0, 0]
+    for suite in traffic:
+        cand = judged[suite.name]
+        items, rows = _judged(judge, rubric, seed, {i.id: i for i in suite.items},
+                              pair.baseline.suites[suite.name], cand)
+        judged[suite.name] = replace(cand, items=items, metrics={**cand.metrics,
+                                                                 **check_means(items)})
+        write_jsonl(Path(cand.items_file), ({**i.__dict__} for i in items))
+        write_jsonl(Path(cand.items_file).with_name(f"judge-{suite.name}.jsonl"), rows)
+        counts = [counts[0] + len(rows), counts[1] + sum(r["as_good"] == 1.0 for r in rows),
+                  counts[2] + sum(r["as_good"] is None for r in rows)]
+    run = JudgeRun(judge.model, judge.url, hashlib.sha256(rubric.encode()).hexdigest(),
+                   judge.both_orders, *counts)
+    write_json(run_dir / "judge.json", asdict(run))
+    console.print(f"[bold]judge[/] {judge.model}: {run.as_good} of {run.asked} answers as good "
+                  f"as the baseline's, {run.no_verdict} without a verdict (counted against)")
+    return replace(pair, candidate=replace(pair.candidate, suites=judged)), run
