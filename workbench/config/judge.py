@@ -4,33 +4,19 @@ baseline's. Off unless declared; no judge model is shipped."""
 
 from __future__ import annotations
 
-from pydantic import Field, field_validator
+from pydantic import Field
 
-from workbench.config.endpoints import env_var_name, http_root
-from workbench.mechanisms.yaml_io import StrictModel
+from workbench.config.endpoints import Server
 
 __all__ = ["JudgeConfig"]
 
 
-class JudgeConfig(StrictModel):
-    url: str = Field(description="The judge's server root, e.g. http://127.0.0.1:9000")
+class JudgeConfig(Server):
     model: str = Field(min_length=1, description="The judge's model id on that server")
     rubric: str = Field(description="A text file (relative to the config) saying what a good "
                                     "answer is; the record keeps its SHA-256")
-    api_key_env: str | None = Field(default=None, description="The environment variable "
-                                    "holding the judge's key (sent as a bearer token)")
     both_orders: bool = Field(default=True, description="Ask with the answers in both orders "
                               "(as good only if both say so); false: one order, drawn per item")
     max_tokens: int = Field(default=8, ge=1, le=256, description="Tokens of the judge's reply")
     concurrency: int = Field(default=4, ge=1, le=64)
     timeout_s: float = Field(default=120.0, gt=0)
-
-    @field_validator("url")
-    @classmethod
-    def _http(cls, v: str) -> str:
-        return http_root(v)
-
-    @field_validator("api_key_env")
-    @classmethod
-    def _env_name(cls, v: str | None) -> str | None:
-        return env_var_name(v)
