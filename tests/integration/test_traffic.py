@@ -71,6 +71,7 @@ GATES = """
 traffic:
   - {suite: my-traffic, max_drop: 0.10, slice_max_drop: 0.30}
   - {suite: my-traffic, metric: length_kept, max_drop: 0.10}
+  - {suite: my-traffic, metric: baseline_answer_likelihood, max_drop: 0.05}
 health: {max_drop: 0.10}
 """
 
@@ -93,8 +94,8 @@ def test_own_traffic_passes_an_aa_and_fails_a_looping_model_and_keeps_prompts_pr
     same = record(tmp_path, "same")
     traffic = {g["gate"]: g for g in same["gates"] if g["id"]["section"] == "traffic"}
     assert {"traffic:my-traffic", "traffic:my-traffic[task:support]",
-            "traffic:my-traffic[task:extraction]", "traffic:my-traffic.length_kept"} <= set(
-        traffic)
+            "traffic:my-traffic[task:extraction]", "traffic:my-traffic.length_kept",
+            "traffic:my-traffic.baseline_answer_likelihood"} <= set(traffic)
     assert all(g["status"] == "pass" for g in traffic.values()), traffic
     pair = same["suites"]["my-traffic"]
     assert pair["baseline"]["accuracy"] == 1.0 == pair["candidate"]["accuracy"]
@@ -103,7 +104,12 @@ def test_own_traffic_passes_an_aa_and_fails_a_looping_model_and_keeps_prompts_pr
     looping = record(tmp_path, "looping")
     assert looping["decision"] == "reject"
     failed = {g["gate"] for g in looping["gates"] if g["status"] == "fail"}
-    assert {"traffic:my-traffic", "health:my-traffic"} <= failed, failed
+    assert {"traffic:my-traffic", "health:my-traffic",
+            "traffic:my-traffic.baseline_answer_likelihood"} <= failed, failed
+    # the looping model finds the talking model's answers unlikely, token by token
+    likely = looping["suites"]["my-traffic"]
+    assert likely["candidate"]["metrics"]["baseline_answer_likelihood"] < \
+        likely["baseline"]["metrics"]["baseline_answer_likelihood"] / 2
 
     written = [p for p in tmp_path.rglob("*") if p.is_file()
                and "my-traffic" not in p.parts and p.name != "traffic.yaml"]
@@ -118,3 +124,62 @@ def test_own_traffic_passes_an_aa_and_fails_a_looping_model_and_keeps_prompts_pr
 def record(tmp_path: Path, candidate: str) -> dict:
     return json.loads(next((tmp_path / "runs").glob(f"*-{candidate}/decision.json"))
                       .read_text())
+
+
+JUDGE_GATES = GATES + "  - {suite: my-traffic, metric: judge_as_good, max_drop: 0.10}\n"
+
+
+def test_a_judge_whose_replies_cannot_be_read_counts_against_and_the_run_completes(
+        tiny_model: Path, tmp_path: Path, workbench) -> None:
+    """The A/A with a judge that rambles: every answer is identical to the baseline's, yet
+    no verdict counts against the candidate, so the judge's gate fails; the run itself
+    completes (exit 1, not 3) and the record names the judge and its rubric's digest."""
+    import hashlib
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    asked: list[dict] = []
+
+    class Rambling(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 - http.server's name
+            asked.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+            data = json.dumps({"choices": [{"message": {
+                "content": "Both answers have merits; it is hard to say."}}]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *_args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Rambling)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        talking = cycle_model(tiny_model, tmp_path / "talking", 150)
+        (tmp_path / "gates.yaml").write_text(JUDGE_GATES)
+        rubric = "Prefer the answer that helps the customer more."
+        (tmp_path / "rubric.txt").write_text(rubric)
+        config = tmp_path / "traffic.yaml"
+        config.write_text(CONFIG.format(talking=talking, looping=talking, repo=REPO,
+                                        traffic=traffic_suite(tmp_path / "my-traffic"))
+                          + f"judge: {{url: 'http://127.0.0.1:{server.server_address[1]}', "
+                            "model: rambler, rubric: rubric.txt}\n")
+        run = workbench("evaluate", "--candidate", "same", "--config", str(config),
+                        "--runs-dir", "runs", cwd=tmp_path)
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+    assert run.returncode == 1, (run.stdout + run.stderr)[-3000:]
+    same = record(tmp_path, "same")
+    gates = {g["gate"]: g for g in same["gates"]}
+    assert gates["traffic:my-traffic.judge_as_good"]["status"] == "fail"
+    assert gates["traffic:my-traffic"]["status"] == "pass"  # the answers themselves agree
+    assert same["judge"]["model"] == "rambler" and same["judge"]["no_verdict"] == 24
+    assert same["judge"]["rubric_sha256"] == hashlib.sha256(rubric.encode()).hexdigest()
+    assert len(asked) == 48 and asked[0]["messages"][0]["content"] == rubric  # both orders
+    verdicts = next((tmp_path / "runs").glob("*-same/candidate/judge-my-traffic.jsonl"))
+    assert MARKER not in verdicts.read_text()

@@ -91,25 +91,39 @@ def test_a_bad_traffic_file_names_its_line_and_field(tmp_path: Path) -> None:
 
 
 class Engine:
-    """An OpenAI-compatible stand-in: answers every request with `answer(body)` and keeps
-    the bodies it was sent."""
+    """An OpenAI-compatible stand-in: answers every chat request with `answer(body)` and
+    keeps the bodies it was sent; /tokenize renders a chat as `<role>content` turns and
+    counts a character a token; /v1/completions gives every prompt token the log-probability
+    `logprob`."""
 
-    def __init__(self, answer):
-        self.answer, self.bodies = answer, []
+    def __init__(self, answer, logprob: float = -0.1):
+        self.answer, self.logprob, self.bodies, self.tokenized = answer, logprob, [], []
 
     def __call__(self, request: httpx.Request) -> httpx.Response:
         body = json.loads(request.content)
+        if request.url.path == "/tokenize":
+            self.tokenized.append(body)
+            text = "".join(f"<{m['role']}>{m['content']}" for m in body["messages"])
+            text += "<assistant>" if body.get("add_generation_prompt") else ""
+            return httpx.Response(200, json={"tokens": [ord(c) for c in text]})
+        if request.url.path == "/v1/completions":
+            [ids] = body["prompt"]
+            return httpx.Response(200, json={"choices": [{"index": 0, "prompt_logprobs": [
+                None, *({str(t): {"logprob": self.logprob}} for t in ids[1:])]}]})
         self.bodies.append(body)
         return httpx.Response(200, json={
             "choices": [{"message": {"content": self.answer(body)}, "finish_reason": "stop"}],
             "usage": {"completion_tokens": 7}})
 
 
-def ask_all(suite, engine: Engine, seed: int = 3) -> list[ItemResult]:
+def ask_all(suite, engine: Engine, seed: int = 3,
+            references: dict[str, str] | None = None) -> list[ItemResult]:
     async def run() -> list[ItemResult]:
         async with httpx.AsyncClient(transport=httpx.MockTransport(engine),
                                      base_url="http://engine") as client:
-            return [await ask_request(client, "m", suite, item, seed) for item in suite.items]
+            return [await ask_request(client, "m", suite, item, seed,
+                                      None if references is None else references[item.id])
+                    for item in suite.items]
     return asyncio.run(run())
 
 
@@ -217,3 +231,21 @@ def test_a_traffic_suite_is_gated_under_traffic_only(tmp_path: Path) -> None:
     problems = policy_problems(wrong, tmp_path / "gates.yaml", [suite])
     assert any("quality gate names suite 'my-traffic', a traffic suite" in p for p in problems)
     assert policy_problems(POLICY, tmp_path / "gates.yaml", [suite]) == []
+
+
+def test_the_likelihood_of_the_baseline_s_answer_is_measured_under_each_model(
+        tmp_path: Path) -> None:
+    """Each side scores the baseline's answer through its own chat template: the baseline
+    its own, the candidate the baseline's (not its own); exp of the mean log-probability of
+    the answer's tokens alone, the request's tokens left out."""
+    suite = load_suite(str(traffic_folder(tmp_path, REQUESTS[3:4])))
+    base = ask_all(suite, Engine(sensible, logprob=-0.1))[0]
+    assert base.checks["baseline_answer_likelihood"] == pytest.approx(0.904837, abs=1e-6)
+    engine = Engine(lambda body: "the the the the", logprob=-2.0)
+    cand = ask_all(suite, engine, references={"d1": base.response})[0]
+    assert cand.checks["baseline_answer_likelihood"] == pytest.approx(0.135335, abs=1e-6)
+    scored = engine.tokenized[-1]
+    assert scored["messages"][-1] == {"role": "assistant", "content": base.response}
+    assert scored["continue_final_message"] and not scored["add_generation_prompt"]
+    empty = ask_all(suite, Engine(lambda body: ""), references={"d1": ""})[0]
+    assert "baseline_answer_likelihood" not in empty.checks  # nothing to score

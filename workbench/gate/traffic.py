@@ -62,7 +62,9 @@ def _unanswered(base: ItemResult) -> ItemResult:
     """The candidate's item for a request it did not answer: an empty answer."""
     return ItemResult(id=base.id, slices=base.slices, prompt_sha256=base.prompt_sha256,
                       response="", score=0.0, latency_s=0.0, completion_tokens=0,
-                      checks={"healthy": 0.0, "truncated": 0.0, "refused": 0.0},
+                      checks={"healthy": 0.0, "truncated": 0.0, "refused": 0.0,
+                              **({"baseline_answer_likelihood": 0.0}
+                                 if "baseline_answer_likelihood" in base.checks else {})},
                       health="empty: no answer")
 
 

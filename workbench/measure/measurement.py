@@ -166,7 +166,8 @@ def _runs(suites: list[Suite], watch: SuiteWatch | None, done: dict[str, SuiteRe
 
 def _run_suites(cfg: RunConfig, srv: EngineServer | Endpoint, served: str, suites: list[Suite],
                 out_dir: Path, console: Console, tokenizer_dir: Path, role: str, device: str,
-                watch: SuiteWatch | None = None, done: dict[str, SuiteResult] | None = None
+                watch: SuiteWatch | None = None, done: dict[str, SuiteResult] | None = None,
+                references: dict[str, dict[str, str]] | None = None
                 ) -> tuple[dict[str, SuiteResult], StoppedEarly | None]:
     """Each suite run not in `done` (measured by an earlier, stopped session), asking the
     watch after each whether the candidate has failed past doubt: then the rest are left."""
@@ -187,6 +188,7 @@ def _run_suites(cfg: RunConfig, srv: EngineServer | Endpoint, served: str, suite
                         on_item=functools.partial(progress.advance, task),
                         name=name, guided=guided, tokenizer_dir=tokenizer_dir,
                         headers=srv.headers, concurrency=in_flight,
+                        references=None if references is None else references.get(name, {}),
                     )
             except InfraError:
                 srv.check_alive()  # a dead engine is the better explanation, if so
@@ -252,14 +254,17 @@ def measure(cfg: RunConfig, role: str, model_dir: Path, served: str, extra_args:
             console: Console, device: str, ceiling: bool = True,
             further: dict[str, list[Request]] | None = None,
             watch: SuiteWatch | None = None, done: dict[str, SuiteResult] | None = None,
-            load_test: bool = True) -> Measurement:
+            load_test: bool = True, references: dict[str, dict[str, str]] | None = None
+            ) -> Measurement:
     """Start the engine for one model (or attach to its endpoint), run every suite and the
     load sweep of each profile the run gates (its own, then `further`'s), stop it.
 
     ceiling: also measure the load generator's own limit (once per run is enough).
     watch: the candidate's suites' order and early stop (measure/watch.py); a candidate
     it stops runs no load test. done: suites an earlier, stopped session measured.
-    load_test: False runs none (a candidate served dense: its speed is not its format's)."""
+    load_test: False runs none (a candidate served dense: its speed is not its format's).
+    references: each traffic suite's baseline answers by id (the candidate's side: their
+    likelihood under it is measured; None: each model's own answers)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     server = _server(cfg, role, model_dir, served, extra_args, out_dir, device)
@@ -277,7 +282,7 @@ def measure(cfg: RunConfig, role: str, model_dir: Path, served: str, extra_args:
                 client.start()  # if not yet: it imports while the suites run
                 suite_results, stopped = _run_suites(
                     cfg, server, server.info.served_name, suites, out_dir, console,
-                    tokenizer_dir, role, device, watch, done)
+                    tokenizer_dir, role, device, watch, done, references)
                 profiles = {cfg.load.profile: requests, **(further or {})}
                 loads = {name: not_measured_load(cfg, name) for name in profiles} \
                     if stopped is not None or not load_test else load_tests(

@@ -141,10 +141,17 @@ def _candidate(p: Plan, q: QuantizeResult, run_dir: Path, console: Console,
                 served_name(p, "candidate"), q.serve_args, p.suites, p.requests, p.model_dir,
                 run_dir / "candidate", console, p.device, further=p.further,
                 watch=watch(base.suites) if watch is not None else None, done=done,
-                load_test=q.dense is None)
+                load_test=q.dense is None, references=traffic_answers(base.suites))
     if m.stopped is not None:
         _say_stopped(console, p.candidate_name, m.stopped)
     return m
+
+
+def traffic_answers(suites: dict[str, SuiteResult]) -> dict[str, dict[str, str]]:
+    """Each traffic suite's answers by request id: the baseline's, whose likelihood under
+    the candidate its runner measures (suites/traffic_ask.py)."""
+    return {name: {i.id: i.response for i in r.items} for name, r in suites.items()
+            if r.kind == "traffic"}
 
 
 def _say_stopped(console: Console, name: str, stopped: StoppedEarly) -> None:

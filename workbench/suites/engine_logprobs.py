@@ -10,13 +10,30 @@ from __future__ import annotations
 
 import httpx
 
-__all__ = ["greedy_continuation", "prompt_logprobs", "tokenize"]
+__all__ = ["chat_tokens", "greedy_continuation", "prompt_logprobs", "tokenize"]
 
 
 async def tokenize(client: httpx.AsyncClient, model: str, text: str,
                    special: bool = True) -> list[int]:
     resp = await client.post("/tokenize", json={"model": model, "prompt": text,
                                                 "add_special_tokens": special})
+    resp.raise_for_status()
+    return list(resp.json()["tokens"])
+
+
+async def chat_tokens(client: httpx.AsyncClient, model: str, messages: list[dict],
+                      tools: list[dict] | None, answer: str | None = None) -> list[int]:
+    """A chat as the engine's own chat template tokenises it: up to the assistant's turn
+    (answer None), or with `answer` as the assistant's turn, continued rather than closed
+    (so that its tokens end where the answer ends)."""
+    body: dict = {"model": model, "messages": list(messages),
+                  "add_generation_prompt": answer is None, "add_special_tokens": False}
+    if answer is not None:
+        body["messages"] = [*messages, {"role": "assistant", "content": answer}]
+        body["continue_final_message"] = True
+    if tools:
+        body["tools"] = tools
+    resp = await client.post("/tokenize", json=body)
     resp.raise_for_status()
     return list(resp.json()["tokens"])
 

@@ -31,7 +31,8 @@ ITEM_CHECKS = {"refusal": ("refused", "off_topic"),
                "instructions": ("instructions_followed",),
                # a traffic request's answer held against the baseline's (gate/traffic.py)
                "agreement": ("agreement_chrf", "agreement_exact", "length_kept", "refused",
-                             "schema_valid", "judge_as_good", "judge_no_verdict")}
+                             "schema_valid", "judge_as_good", "judge_no_verdict",
+                             "baseline_answer_likelihood")}
 
 
 @dataclass(frozen=True)

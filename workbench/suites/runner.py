@@ -158,14 +158,15 @@ def _score_chat(suite: Suite, item: SuiteItem, text: str, health: Health
 
 async def _ask(
     client: httpx.AsyncClient, model: str, suite: Suite, item: SuiteItem, seed: int,
-    guided: bool = False,
+    guided: bool = False, references: dict[str, str] | None = None,
 ) -> ItemResult:
     if suite.spec.scoring == "choice":
         return await _choose(client, model, suite, item, seed)
     if suite.spec.scoring == "code":
         return await _write_code(client, model, suite, item, seed)
     if suite.spec.scoring == "agreement":
-        return await ask_request(client, model, suite, item, seed)
+        return await ask_request(client, model, suite, item, seed,
+                                 None if references is None else references.get(item.id, ""))
     messages = [{"role": "user", "content": item.prompt}]
     if suite.spec.system_prompt:
         messages.insert(0, {"role": "system", "content": suite.spec.system_prompt})
@@ -204,6 +205,7 @@ async def _run(
     base_url: str, model: str, suite: Suite, items: tuple[SuiteItem, ...], seed: int,
     concurrency: int, timeout_s: float, sink: Path, on_item: Callable[[], None],
     guided: bool, headers: dict[str, str] | None = None,
+    references: dict[str, str] | None = None,
 ) -> list[ItemResult]:
     gate = asyncio.Semaphore(concurrency)
     results: list[ItemResult] = []
@@ -224,7 +226,8 @@ async def _run(
                         result, tokens = await _score_text(client, model, suite, item, seed)
                         side.write(json.dumps(tokens) + "\n")
                     else:
-                        result = await _ask(client, model, suite, item, seed, guided)
+                        result = await _ask(client, model, suite, item, seed, guided,
+                                            references)
                 out.write(json.dumps(asdict(result)) + "\n")
                 out.flush()
                 results.append(result)
@@ -278,13 +281,15 @@ def run_suite(
     guided: bool = False,
     tokenizer_dir: Path | None = None,
     headers: dict[str, str] | None = None,
+    references: dict[str, str] | None = None,
 ) -> SuiteResult:
     """Ask every item (greedy, seeded), score it, and return the per-item results.
 
     name and guided select one of the suite's runs (Suite.spec.runs()): a structured suite
     is run once free and once with the engine's schema-guided decoding. headers: sent with
     every request (an endpoint's bearer token); lm-eval reads its key from the environment
-    (measure.library_credentials)."""
+    (measure.library_credentials). references: a traffic suite's baseline answers by id,
+    whose likelihood under this model is measured (None: this model's own answers)."""
     started = time.perf_counter()
     try:
         if suite.lm_task is not None:
@@ -292,7 +297,8 @@ def run_suite(
                                   tokenizer_dir, sink, on_item)
         else:
             results = asyncio.run(_run(base_url, model, suite, items, seed, concurrency,
-                                       timeout_s, sink, on_item, guided, headers))
+                                       timeout_s, sink, on_item, guided, headers,
+                                       references))
     except httpx.HTTPError as err:
         raise InfraError(
             f"lost the engine during suite {suite.name} ({type(err).__name__}: {err}); "

@@ -11,6 +11,7 @@ by its kind before the answer is kept anywhere (suites/traffic.py, redact_secret
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any
 
@@ -18,11 +19,12 @@ import httpx
 
 from workbench.mechanisms.errors import InfraError
 from workbench.suites.definition import Suite, SuiteItem
+from workbench.suites.engine_logprobs import chat_tokens, prompt_logprobs
 from workbench.suites.results import ItemResult
 from workbench.suites.scorers.answer_agreement import answer_checks
 from workbench.suites.traffic import TrafficRequest, redact_secrets
 
-__all__ = ["ask_request", "request_body"]
+__all__ = ["answer_likelihood", "ask_request", "request_body"]
 
 
 def request_body(model: str, request: TrafficRequest, default_max_tokens: int, seed: int
@@ -42,8 +44,41 @@ def request_body(model: str, request: TrafficRequest, default_max_tokens: int, s
     return body
 
 
+def _mean_logprob(positions: list[dict], ids: list[int], start: int) -> float | None:
+    """The mean log-probability of ids[start:] as the engine scored them (positions: its
+    prompt log-probabilities after the first token, each keyed by token id)."""
+    values = []
+    for at in range(start, len(ids)):
+        entry = positions[at - 1] or {}
+        scored = entry.get(str(ids[at]))  # JSON keys: token ids as text
+        if scored is None:
+            return None
+        values.append(float(scored["logprob"]))
+    return sum(values) / len(values) if values else None
+
+
+async def answer_likelihood(client: httpx.AsyncClient, model: str, request: TrafficRequest,
+                            answer: str, seed: int) -> float | None:
+    """How likely this model finds `answer` to the request: the geometric mean of its
+    tokens' probabilities (exp of the mean log-probability), 0..1, through the engine's own
+    chat template and prompt log-probabilities; None for an empty answer, or where the
+    template does not put the request's tokens before the answer's."""
+    if not answer.strip():
+        return None
+    tools = list(request.tools) or None
+    prompt = await chat_tokens(client, model, list(request.messages), tools)
+    full = await chat_tokens(client, model, list(request.messages), tools, answer)
+    if len(full) <= len(prompt) or full[:len(prompt)] != prompt:
+        return None
+    [positions] = await prompt_logprobs(client, model, [full], 1, seed)
+    mean = _mean_logprob(positions, full, len(prompt))
+    return None if mean is None else round(math.exp(mean), 6)
+
+
 async def ask_request(client: httpx.AsyncClient, model: str, suite: Suite, item: SuiteItem,
-                      seed: int) -> ItemResult:
+                      seed: int, reference: str | None = None) -> ItemResult:
+    """One request answered, checked, and its reference answer's likelihood measured: the
+    baseline's answer (`reference`, on the candidate's side), or this model's own (None)."""
     assert item.request is not None  # a traffic suite's items carry their request
     body = request_body(model, item.request, suite.spec.max_tokens, seed)
     start = time.perf_counter()
@@ -59,6 +94,14 @@ async def ask_request(client: httpx.AsyncClient, model: str, suite: Suite, item:
                                    truncated=choice.get("finish_reason") == "length")
     if item.request.sampled:
         checks["sampled"] = 1.0
+    try:
+        likely = await answer_likelihood(client, model, item.request,
+                                         text if reference is None else reference, seed)
+    except httpx.HTTPStatusError as err:
+        raise InfraError(f"engine answered HTTP {err.response.status_code} scoring suite "
+                         f"{suite.name} request {item.id} (body withheld)") from err
+    if likely is not None:
+        checks["baseline_answer_likelihood"] = likely
     return ItemResult(id=item.id, slices=item.slices, prompt_sha256=item.request.digest,
                       response=text, score=0.0, latency_s=round(latency, 4),
                       completion_tokens=int(payload.get("usage", {}).get("completion_tokens",
