@@ -43,6 +43,12 @@ class TuneSpace(StrictModel):
         "How many of the decoder blocks most sensitive to the candidate's grid each point "
         "leaves in 16-bit (0: none); a value above 0 measures the layer sensitivity first"))
 
+    rank_equal_size: bool = Field(default=False, description=(
+        "Before trying points of equal size, build each and try them by held-out "
+        "perplexity, lowest first (docs/tune.md, 'Points of equal size'): worth it where "
+        "a build is cheap beside a trial; off by default, since on a 2-core CPU an AWQ "
+        "build takes longer than a stopped trial"))
+
     _unique = field_validator("methods", "symmetric", "group_sizes", "keep")(
         classmethod(lambda cls, v: _distinct(v)))
 

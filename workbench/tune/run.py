@@ -154,7 +154,8 @@ def _search(p: Plan, tune_dir: Path, console: Console, run: Runner, budget: Budg
                        sens.ranked() if sens else None)
     _say_space(pts, left, console)
     ratios: dict[str, float | None] = {}
-    rank = functools.partial(_by_perplexity, p, tune_dir, console, ratios)
+    rank = functools.partial(_by_perplexity, p, tune_dir, console, ratios) \
+        if space.rank_equal_size else None
     search = walk_space([point_spec(pt) for pt in pts], run, budget, started, price,
                         rank=rank)
     return sens, search, _space_json(space, pts, left, search.order, ratios)
