@@ -126,7 +126,8 @@ def record(tmp_path: Path, candidate: str) -> dict:
                       .read_text())
 
 
-JUDGE_GATES = GATES + "  - {suite: my-traffic, metric: judge_as_good, max_drop: 0.10}\n"
+JUDGE_GATES = GATES.replace(
+    "health:", "  - {suite: my-traffic, metric: judge_as_good, max_drop: 0.10}\nhealth:")
 
 
 def test_a_judge_whose_replies_cannot_be_read_counts_against_and_the_run_completes(
