@@ -252,10 +252,9 @@ def _start(server: EngineServer | Endpoint, role: str, model_dir: Path, device: 
 def measure(cfg: RunConfig, role: str, model_dir: Path, served: str, extra_args: list[str],
             suites: list[Suite], requests: list[Request], tokenizer_dir: Path, out_dir: Path,
             console: Console, device: str, ceiling: bool = True,
-            further: dict[str, list[Request]] | None = None,
-            watch: SuiteWatch | None = None, done: dict[str, SuiteResult] | None = None,
-            load_test: bool = True, references: dict[str, dict[str, str]] | None = None
-            ) -> Measurement:
+            further: dict[str, list[Request]] | None = None, watch: SuiteWatch | None = None,
+            done: dict[str, SuiteResult] | None = None, load_test: bool = True,
+            references: dict[str, dict[str, str]] | None = None) -> Measurement:
     """Start the engine for one model (or attach to its endpoint), run every suite and the
     load sweep of each profile the run gates (its own, then `further`'s), stop it.
 
@@ -263,8 +262,7 @@ def measure(cfg: RunConfig, role: str, model_dir: Path, served: str, extra_args:
     watch: the candidate's suites' order and early stop (measure/watch.py); a candidate
     it stops runs no load test. done: suites an earlier, stopped session measured.
     load_test: False runs none (a candidate served dense: its speed is not its format's).
-    references: each traffic suite's baseline answers by id (the candidate's side: their
-    likelihood under it is measured; None: each model's own answers)."""
+    references: the baseline's traffic answers by suite and id, scored under this model."""
     out_dir.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     server = _server(cfg, role, model_dir, served, extra_args, out_dir, device)
