@@ -20,6 +20,7 @@ from pydantic import ValidationError
 from workbench.config.gate_policy import GatePolicy, QualityGate
 from workbench.gate.early import EarlyStop
 from workbench.gate.gates import evaluate_gates
+from workbench.gate.traffic import against_baseline
 from workbench.gate.verdict import evidence
 from workbench.mechanisms.errors import InputError
 from workbench.plan.checks import policy_problems
@@ -249,3 +250,21 @@ def test_the_likelihood_of_the_baseline_s_answer_is_measured_under_each_model(
     assert scored["continue_final_message"] and not scored["add_generation_prompt"]
     empty = ask_all(suite, Engine(lambda body: ""), references={"d1": ""})[0]
     assert "baseline_answer_likelihood" not in empty.checks  # nothing to score
+
+
+def test_a_sampled_request_is_held_to_the_baseline_s_own_second_draw(tmp_path: Path) -> None:
+    """The baseline draws a sampled request twice (seeds s and s + 1): its own agreement is
+    the second draw's against the first, not 1, and the candidate is held to that."""
+    suite = load_suite(str(traffic_folder(tmp_path, REQUESTS[2:3])))  # temperature 0.7
+    draws = iter(["It is cloudy in Oslo today.", "Oslo is cloudy today, with rain later."])
+    engine = Engine(lambda body: next(draws))
+    base = ask_all(suite, engine, seed=5)[0]
+    assert [b["seed"] for b in engine.bodies] == [5, 6]
+    assert base.redraw == "Oslo is cloudy today, with rain later."
+    cand_engine = Engine(lambda body: "It is cloudy in Oslo today.")
+    cand = ask_all(suite, cand_engine, seed=5, references={"t1": base.response})[0]
+    assert cand.redraw is None and len(cand_engine.bodies) == 1  # the candidate draws once
+    b, c = against_baseline(summarise(suite, [base], tmp_path / "b.jsonl"),
+                            summarise(suite, [cand], tmp_path / "c.jsonl"))
+    assert 0 < b.items[0].score < 1 and b.items[0].checks["agreement_exact"] == 0.0
+    assert c.items[0].score == 1.0  # the candidate's draw happens to equal the first

@@ -18,10 +18,9 @@ A request the baseline answered and the candidate did not counts as an empty ans
 agrees with nothing and is not healthy), so a candidate gains nothing by failing requests;
 one the baseline did not answer has nothing to be held against and is left out.
 
-What this cannot see yet (issue 49): the baseline's own agreement is 1 by definition, which
-holds for greedy requests on a deterministic engine; a sampled request needs the baseline's
-answers held against each other instead, and an answer that copies the prompt is healthy by
-the health checks (a rewrite request may make it agree well): both are the runner's to add.
+The baseline's own agreement is 1 by definition for a greedy request on a deterministic
+engine. For a sampled one it is its second draw held against its first (the runner draws it
+with the next seed), so a candidate's draw is held to what sampling alone changes.
 """
 
 from __future__ import annotations
@@ -54,8 +53,17 @@ def _candidate_item(item: ItemResult, base: ItemResult) -> ItemResult:
 
 
 def _baseline_item(item: ItemResult) -> ItemResult:
-    checks = {**item.checks, "agreement_chrf": 1.0, "agreement_exact": 1.0, "length_kept": 1.0}
-    return replace(item, score=1.0, checks=checks)
+    """The baseline's answer held against itself: 1 on every agreement measure; for a
+    sampled request, its second draw held against its first, so that the candidate's draw
+    is held to what sampling alone changes, not to a copy (suites/traffic_ask.py)."""
+    if item.redraw is None:
+        checks = {**item.checks, "agreement_chrf": 1.0, "agreement_exact": 1.0,
+                  "length_kept": 1.0}
+        return replace(item, score=1.0, checks=checks)
+    held = agreement(item.redraw, item.response)
+    checks = {**item.checks, "agreement_chrf": held.chrf, "agreement_exact": float(held.exact),
+              "length_kept": float(length_kept(held.length_ratio, item.redraw))}
+    return replace(item, score=held.chrf, checks=checks)
 
 
 def _unanswered(base: ItemResult) -> ItemResult:

@@ -51,6 +51,9 @@ class ItemResult:
     # healthy and truncated on every generated response (health.py).
     checks: dict[str, float] = field(default_factory=dict)
     health: str = ""  # generated text: "ok" or why it is degenerate; "" not generated
+    # a sampled traffic request's second draw, on the baseline's side (another seed): how
+    # far its own draws agree is what the candidate's draw is held to (gate/traffic.py)
+    redraw: str | None = None
 
 
 @dataclass(frozen=True)

@@ -75,21 +75,31 @@ async def answer_likelihood(client: httpx.AsyncClient, model: str, request: Traf
     return None if mean is None else round(math.exp(mean), 6)
 
 
-async def ask_request(client: httpx.AsyncClient, model: str, suite: Suite, item: SuiteItem,
-                      seed: int, reference: str | None = None) -> ItemResult:
-    """One request answered, checked, and its reference answer's likelihood measured: the
-    baseline's answer (`reference`, on the candidate's side), or this model's own (None)."""
-    assert item.request is not None  # a traffic suite's items carry their request
-    body = request_body(model, item.request, suite.spec.max_tokens, seed)
-    start = time.perf_counter()
+async def _answer(client: httpx.AsyncClient, body: dict[str, Any], suite: Suite,
+                  item: SuiteItem) -> dict[str, Any]:
     resp = await client.post("/v1/chat/completions", json=body)
-    latency = time.perf_counter() - start
     if resp.status_code != 200:
         raise InfraError(f"engine answered HTTP {resp.status_code} for suite {suite.name} "
                          f"request {item.id} (body withheld: a team's own traffic)")
-    payload = resp.json()
+    return dict(resp.json())
+
+
+async def ask_request(client: httpx.AsyncClient, model: str, suite: Suite, item: SuiteItem,
+                      seed: int, reference: str | None = None) -> ItemResult:
+    """One request answered, checked, and its reference answer's likelihood measured: the
+    baseline's answer (`reference`, on the candidate's side), or this model's own (None).
+    A sampled request is drawn once more on the baseline's side, with the next seed."""
+    assert item.request is not None  # a traffic suite's items carry their request
+    body = request_body(model, item.request, suite.spec.max_tokens, seed)
+    start = time.perf_counter()
+    payload = await _answer(client, body, suite, item)
+    latency = time.perf_counter() - start
     choice = payload["choices"][0]
     text = redact_secrets(choice["message"].get("content") or "")
+    redraw = None
+    if item.request.sampled and reference is None:
+        again = await _answer(client, {**body, "seed": seed + 1}, suite, item)
+        redraw = redact_secrets(again["choices"][0]["message"].get("content") or "")
     checks, health = answer_checks(text, item.prompt, item.request.schema,
                                    truncated=choice.get("finish_reason") == "length")
     if item.request.sampled:
@@ -106,4 +116,4 @@ async def ask_request(client: httpx.AsyncClient, model: str, suite: Suite, item:
                       response=text, score=0.0, latency_s=round(latency, 4),
                       completion_tokens=int(payload.get("usage", {}).get("completion_tokens",
                                                                          0)),
-                      checks=checks, health=health)
+                      checks=checks, health=health, redraw=redraw)
