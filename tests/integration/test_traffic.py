@@ -183,4 +183,10 @@ def test_a_judge_whose_replies_cannot_be_read_counts_against_and_the_run_complet
     assert same["judge"]["rubric_sha256"] == hashlib.sha256(rubric.encode()).hexdigest()
     assert len(asked) == 48 and asked[0]["messages"][0]["content"] == rubric  # both orders
     verdicts = next((tmp_path / "runs").glob("*-same/candidate/judge-my-traffic.jsonl"))
-    assert MARKER not in verdicts.read_text()
+    assert MARKER not in verdicts.read_text() and KEY not in json.dumps(asked)
+    # the stored run judged again, no engine and no judge: the judge's checks were kept
+    regated = workbench("gate", str(verdicts.parent.parent), "--out", "regated", cwd=tmp_path)
+    assert regated.returncode == 1, regated.stdout + regated.stderr
+    again = json.loads((tmp_path / "regated" / "decision.json").read_text())
+    assert {g["gate"]: g["status"] for g in again["gates"]} == {
+        g["gate"]: g["status"] for g in same["gates"]}

@@ -71,7 +71,7 @@ def test_items_request_bodies_and_batch_lines_read_alike(tmp_path: Path) -> None
     ([{"prompt": "a", "max_tokens": 0}], "line 1: max_tokens: a whole number of at least 1"),
     ([{"prompt": "a", "temperature": 3}], "line 1: temperature: a number from 0 to 2"),
     ([{"prompt": "a", "n": 0}], "line 1: n: a whole number from 1 to 16"),
-    ([{"id": "x", "prompt": "a"}, {"id": "x", "prompt": "b"}], "line 2: id: 'x' is also line 1"),
+    ([{"id": "x", "prompt": "a"}, {"id": "x", "prompt": "b"}], "line 2: id: the same as line 1's"),
     ([{"prompt": "a", "timestamp": "yesterday"}], "line 1: timestamp"),
 ])
 def test_a_bad_file_names_its_line_and_field(tmp_path: Path, rows: list, expected: str) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from workbench.gate.paired import Comparisons
 from workbench.gate.traffic import against_baseline, length_kept
-from workbench.suites.results import ItemResult, SuiteResult
+from workbench.suites.results import ITEM_CHECKS, ItemResult, SuiteResult
 from workbench.suites.scorers.answer_agreement import answer_checks
 
 ANSWERS = {
@@ -80,3 +80,25 @@ def test_the_length_band() -> None:
     assert length_kept(1.0, "x") and length_kept(0.5, "x") and length_kept(2.0, "x")
     assert not length_kept(0.49, "x") and not length_kept(2.01, "x")
     assert length_kept(None, "  ") and not length_kept(None, "something")
+
+
+def test_a_refusal_that_appears_or_disappears_is_lost_agreement_either_way() -> None:
+    """refusal_kept: a candidate that starts refusing, and one that stops refusing what the
+    baseline refused, both lose; `refused` itself is not a gate's metric (its rise is the
+    loss, which a non-inferiority gate cannot hold)."""
+    refusing = side({rid: "I'm sorry, but I can't help with that request." for rid in ANSWERS})
+    assert all(d == -1.0 for d in deltas(BASE, refusing, "refusal_kept").values())
+    assert all(d == -1.0 for d in deltas(refusing, BASE, "refusal_kept").values())
+    assert set(deltas(BASE, BASE, "refusal_kept").values()) == {0.0}
+    assert "refused" not in ITEM_CHECKS["agreement"]
+    assert "judge_no_verdict" not in ITEM_CHECKS["agreement"]
+
+
+def test_an_unanswered_request_scores_its_worst_on_every_check_the_baseline_has() -> None:
+    base = side({rid: text for rid, (text, _) in ANSWERS.items()})
+    base.items[1].checks["schema_valid"] = 1.0  # r2 asked for a schema and got one
+    partial = side({rid: text for rid, (text, _) in ANSWERS.items() if rid != "r2"})
+    _, c = against_baseline(base, partial)
+    lost = next(i for i in c.items if i.id == "r2")
+    assert lost.checks["schema_valid"] == 0.0 and lost.checks["healthy"] == 0.0
+    assert lost.checks["refusal_kept"] == 1.0  # the baseline answered it too: no refusal

@@ -11,9 +11,11 @@ Per item, on both sides:
 - `length_kept`: 1 where the answer is between half and twice the baseline's length
   (the baseline's 1; an empty baseline answer keeps the candidate's only where it is empty
   too), so that a candidate that runs on, or stops short, loses here whatever it says;
+- `refusal_kept`: 1 where the candidate refuses exactly where the baseline did (the
+  baseline's 1): a refusal that appears or disappears is a change either way, and the
+  measure is one a non-inferiority gate can hold (higher is better);
 - the runner's own checks of each side (healthy, refused, schema_valid) carried as they
-  were measured: health and schema validity are paired as in every generating suite; a
-  refusal rate that moves either way is a change (the gate's, two-sided).
+  were measured: health and schema validity are paired as in every generating suite.
 A request the baseline answered and the candidate did not counts as an empty answer (it
 agrees with nothing and is not healthy), so a candidate gains nothing by failing requests;
 one the baseline did not answer has nothing to be held against and is left out.
@@ -32,7 +34,7 @@ from workbench.suites.scorers.answer_agreement import agreement
 
 __all__ = ["AGREEMENT_CHECKS", "against_baseline", "length_kept", "pair_traffic"]
 
-AGREEMENT_CHECKS = ("agreement_chrf", "agreement_exact", "length_kept")
+AGREEMENT_CHECKS = ("agreement_chrf", "agreement_exact", "length_kept", "refusal_kept")
 LENGTH_BAND = (0.5, 2.0)  # a candidate's answer within this share of the baseline's length
 
 
@@ -48,7 +50,9 @@ def _candidate_item(item: ItemResult, base: ItemResult) -> ItemResult:
     held = agreement(item.response, base.response)
     checks = {**item.checks, "agreement_chrf": held.chrf,
               "agreement_exact": float(held.exact),
-              "length_kept": float(length_kept(held.length_ratio, item.response))}
+              "length_kept": float(length_kept(held.length_ratio, item.response)),
+              # a refusal that appears or disappears is a change either way
+              "refusal_kept": float(item.checks.get("refused") == base.checks.get("refused"))}
     return replace(item, score=held.chrf, checks=checks)
 
 
@@ -58,21 +62,22 @@ def _baseline_item(item: ItemResult) -> ItemResult:
     is held to what sampling alone changes, not to a copy (suites/traffic_ask.py)."""
     if item.redraw is None:
         checks = {**item.checks, "agreement_chrf": 1.0, "agreement_exact": 1.0,
-                  "length_kept": 1.0}
+                  "length_kept": 1.0, "refusal_kept": 1.0}
         return replace(item, score=1.0, checks=checks)
     held = agreement(item.redraw, item.response)
     checks = {**item.checks, "agreement_chrf": held.chrf, "agreement_exact": float(held.exact),
-              "length_kept": float(length_kept(held.length_ratio, item.redraw))}
+              "length_kept": float(length_kept(held.length_ratio, item.redraw)),
+              "refusal_kept": 1.0}
     return replace(item, score=held.chrf, checks=checks)
 
 
 def _unanswered(base: ItemResult) -> ItemResult:
-    """The candidate's item for a request it did not answer: an empty answer."""
+    """The candidate's item for a request it did not answer: an empty answer, every check
+    the baseline's item has at its worst (0: not healthy, no valid schema, no likelihood),
+    so that no gate leaves it out."""
     return ItemResult(id=base.id, slices=base.slices, prompt_sha256=base.prompt_sha256,
                       response="", score=0.0, latency_s=0.0, completion_tokens=0,
-                      checks={"healthy": 0.0, "truncated": 0.0, "refused": 0.0,
-                              **({"baseline_answer_likelihood": 0.0}
-                                 if "baseline_answer_likelihood" in base.checks else {})},
+                      checks={**dict.fromkeys(base.checks, 0.0), "truncated": 0.0},
                       health="empty: no answer")
 
 

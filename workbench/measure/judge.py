@@ -14,6 +14,7 @@ from pathlib import Path
 from rich.console import Console
 
 from workbench.config.judge import JudgeConfig
+from workbench.measure.measurement import MEASUREMENT_FILE
 from workbench.measure.pair import MeasuredPair
 from workbench.mechanisms.files import read_text, write_json
 from workbench.mechanisms.jsonl import write_jsonl
@@ -26,6 +27,7 @@ from workbench.suites.scorers.judge import (
     judge_messages,
     parse_verdict,
 )
+from workbench.suites.traffic import redact_secrets
 
 __all__ = ["JudgeRun", "judge_pair"]
 
@@ -41,6 +43,13 @@ class JudgeRun:
     asked: int  # requests put to it
     as_good: int
     no_verdict: int
+
+
+def _redacted(messages: tuple[dict, ...]) -> list[dict]:
+    """The request's turns with every credential-shaped string replaced by its kind: the
+    judge is another server, and a key pasted into a prompt goes no further."""
+    return [{**m, "content": redact_secrets(m["content"])} if isinstance(m.get("content"), str)
+            else m for m in messages]
 
 
 def _orders(judge: JudgeConfig, seed: int, item_id: str) -> list[bool]:
@@ -61,7 +70,7 @@ def _judged(judge: JudgeConfig, rubric: str, seed: int, items: dict[str, SuiteIt
         for cand_first in _orders(judge, seed, item.id):
             pair = (item.response, answers[item.id])
             first, second = pair if cand_first else pair[::-1]
-            chats.append(judge_messages(rubric, request.messages, first, second))
+            chats.append(judge_messages(rubric, _redacted(request.messages), first, second))
             where.append((item.id, cand_first))
     replies = ask_judge(judge, chats)
     verdicts: dict[str, list[tuple[str | None, bool]]] = {}
@@ -96,15 +105,22 @@ def judge_pair(pair: MeasuredPair, suites: list[Suite], judge: JudgeConfig | Non
         cand = judged[suite.name]
         items, rows = _judged(judge, rubric, seed, {i.id: i for i in suite.items},
                               pair.baseline.suites[suite.name], cand)
-        judged[suite.name] = replace(cand, items=items, metrics={**cand.metrics,
-                                                                 **check_means(items)})
-        write_jsonl(Path(cand.items_file), ({**i.__dict__} for i in items))
-        write_jsonl(Path(cand.items_file).with_name(f"judge-{suite.name}.jsonl"), rows)
+        # this run's own folder: a reused measurement's items_file names an earlier run's
+        folder = run_dir / "candidate"
+        folder.mkdir(parents=True, exist_ok=True)
+        items_file = folder / f"items-{suite.name}.jsonl"
+        judged[suite.name] = replace(cand, items=items, items_file=str(items_file),
+                                     metrics={**cand.metrics, **check_means(items)})
+        write_jsonl(items_file, ({**i.__dict__} for i in items))
+        write_jsonl(folder / f"judge-{suite.name}.jsonl", rows)
         counts = [counts[0] + len(rows), counts[1] + sum(r["as_good"] == 1.0 for r in rows),
                   counts[2] + sum(r["as_good"] is None for r in rows)]
     run = JudgeRun(judge.model, judge.url, hashlib.sha256(rubric.encode()).hexdigest(),
                    judge.both_orders, *counts)
     write_json(run_dir / "judge.json", asdict(run))
+    candidate = replace(pair.candidate, suites=judged)
+    # what `workbench gate` reads again: the measurement with the judge's checks in it
+    write_json(run_dir / "candidate" / MEASUREMENT_FILE, candidate.to_dict())
     console.print(f"[bold]judge[/] {judge.model}: {run.as_good} of {run.asked} answers as good "
                   f"as the baseline's, {run.no_verdict} without a verdict (counted against)")
-    return replace(pair, candidate=replace(pair.candidate, suites=judged)), run
+    return replace(pair, candidate=candidate), run

@@ -30,8 +30,10 @@ ITEM_CHECKS = {"refusal": ("refused", "off_topic"),
                "json": ("parses", "schema_valid", "fields_correct"),
                "instructions": ("instructions_followed",),
                # a traffic request's answer held against the baseline's (gate/traffic.py)
-               "agreement": ("agreement_chrf", "agreement_exact", "length_kept", "refused",
-                             "schema_valid", "judge_as_good", "judge_no_verdict",
+               # higher is better in each (a gate holds a drop): not `refused` or
+               # `judge_no_verdict`, whose rise is the loss (refusal_kept, judge_as_good)
+               "agreement": ("agreement_chrf", "agreement_exact", "length_kept",
+                             "refusal_kept", "schema_valid", "judge_as_good",
                              "baseline_answer_likelihood")}
 
 

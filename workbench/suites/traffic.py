@@ -358,5 +358,6 @@ def _unique_ids(requests: list[TrafficRequest], problems: _Problems) -> None:
     seen: dict[str, int] = {}
     for r in requests:
         if r.id in seen:
-            problems.add(r.line, "id", f"{r.id!r} is also line {seen[r.id]}'s")
+            # not quoted: an id may hold what must not be printed (a credential)
+            problems.add(r.line, "id", f"the same as line {seen[r.id]}'s (ids are unique)")
         seen.setdefault(r.id, r.line)

@@ -108,8 +108,12 @@ async def ask_request(client: httpx.AsyncClient, model: str, suite: Suite, item:
         likely = await answer_likelihood(client, model, item.request,
                                          text if reference is None else reference, seed)
     except httpx.HTTPStatusError as err:
-        raise InfraError(f"engine answered HTTP {err.response.status_code} scoring suite "
-                         f"{suite.name} request {item.id} (body withheld)") from err
+        if err.response.status_code != 400:
+            raise InfraError(f"engine answered HTTP {err.response.status_code} scoring suite "
+                             f"{suite.name} request {item.id} (body withheld)") from err
+        # an answer that fills the context, or a template that rewrites it: not scored,
+        # on both sides alike (the same text through the same template)
+        likely = None
     if likely is not None:
         checks["baseline_answer_likelihood"] = likely
     return ItemResult(id=item.id, slices=item.slices, prompt_sha256=item.request.digest,

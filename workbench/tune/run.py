@@ -174,7 +174,7 @@ def _by_perplexity(p: Plan, tune_dir: Path, console: Console, ratios: dict[str, 
         folder.mkdir(parents=True, exist_ok=True)
         try:
             q = quantize_planned(trial, folder, console)
-        except (InfraError, InputError) as exc:
+        except Exception as exc:  # noqa: BLE001 - the trial meets it again, and says so
             console.print(f"  [yellow]![/] {spec.name} not ranked: {escape(str(exc))}")
             ratios[spec.name] = None
             continue

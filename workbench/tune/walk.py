@@ -107,6 +107,11 @@ def walk_space(specs: list[TrialSpec], run: Runner, budget: Budget, started: flo
             if ranked_to - index > 1:
                 specs[index:ranked_to] = rank(specs[index:ranked_to])
                 search.order = [s.name for s in specs]
+                why = over_budget(search, budget, started, price(search.rows.values()), clock)
+                if why is not None:  # the builds that ranked them took the time
+                    search.stopped = (f"{why}; {len(specs) - index} point(s) of the space "
+                                      "not tried")
+                    return search
         spec = specs[index]
         if not _ran(search, index, spec, run):
             return search
