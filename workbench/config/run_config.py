@@ -145,6 +145,10 @@ class EngineConfig(StrictModel):
     startup_timeout_s: float = Field(default=900, gt=0)
     request_timeout_s: float = Field(default=300, gt=0)
     extra_args: list[str] = Field(default_factory=list)
+    platform: Literal["auto", "cpu"] = Field(default="auto", description=(
+        "On a CPU: auto serves on the platform vLLM picks itself (AMD Zen's, where zentorch "
+        "imports on an AMD CPU with AVX-512; else its CPU platform); cpu keeps vLLM's CPU "
+        "platform even there. The record names the platform the engine served on"))
     batch_invariant: Literal["auto", "on", "off"] = Field(default="auto", description=(
         "vLLM's batch-invariant kernels: auto (where vLLM has them: CUDA 8.0+), on, off"))
 

@@ -62,8 +62,14 @@ def link_shared_cache(scratch: Path) -> Path:
     return scratch
 
 
-def offline_env(base: dict[str, str] | None = None) -> dict[str, str]:
-    """Environment for subprocesses: no hub, no telemetry (docs/environments.md)."""
+NO_ZENTORCH = "WORKBENCH_NO_ZENTORCH"  # isa_cap/sitecustomize.py hides zentorch when set
+
+
+def offline_env(base: dict[str, str] | None = None, no_zentorch: bool = False
+                ) -> dict[str, str]:
+    """Environment for subprocesses: no hub, no telemetry (docs/environments.md).
+    no_zentorch: the child cannot import zentorch, so vLLM serves on its CPU platform
+    rather than AMD Zen's (engine.platform: cpu)."""
     env = dict(os.environ if base is None else base)
     env.setdefault("HF_HUB_OFFLINE", "1")
     env.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -73,6 +79,9 @@ def offline_env(base: dict[str, str] | None = None) -> dict[str, str]:
     env.setdefault("VLLM_NO_USAGE_STATS", "1")
     if isa_capped():  # the child sees the CPU as the workbench does (mechanisms/host.py)
         env.update(cap_env())
+    if no_zentorch:
+        env[NO_ZENTORCH] = "1"
+    if isa_capped() or no_zentorch:
         env["PYTHONPATH"] = os.pathsep.join(
             [str(ISA_CAP_SITE), *filter(None, [env.get("PYTHONPATH")])])
     return env

@@ -145,7 +145,7 @@ class EngineServer:
             self.info.command = self.command
 
     def _env(self) -> dict[str, str]:
-        env = offline_env()
+        env = offline_env(no_zentorch=self.device == "cpu" and self.engine.platform == "cpu")
         env.setdefault("VLLM_CACHE_ROOT", str(cache_root() / "vllm"))
         if self.device == "cpu":
             env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(self.engine.kv_cache_space_gib))

