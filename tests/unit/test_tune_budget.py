@@ -109,6 +109,13 @@ def test_a_stopped_trial_adds_the_load_test_its_timeline_shows(tmp_path: Path) -
     stopped = SweepRow(candidate="t", status="decided", decision="reject", evaluate_s=200.0,
                        measured_now=True, run_dir=str(tmp_path), stopped_by=["q"],
                        not_measured=["long-context", "load test"])
-    # its price (200 s less the baseline's cached suites: 170 s) grown by 2 runs over 1,
-    # and a 90 s load test for each model
-    assert next_trial_s([stopped], growth=1.0, suite_runs=2) == 170.0 * 2 + 2 * 90.0
+    # its price (200 s less the baseline's cached suites: 170 s), its candidate's suites
+    # (40 s) grown by 2 runs over 1, and a 90 s load test for each model: its build and
+    # engine starts do not grow with the suites it left
+    assert next_trial_s([stopped], growth=1.0, suite_runs=2) == 170.0 + 40.0 + 2 * 90.0
+    # with a second look: both models' suites at the trial's whole size, grown again, and
+    # never dearer than the policy's second_look_max_minutes, past which none is taken
+    grown = 170.0 + 40.0 + (40.0 * 2 + 30.0) * 3.0 + 2 * 90.0
+    assert next_trial_s([stopped], growth=4.0, suite_runs=2) == pytest.approx(grown)
+    assert next_trial_s([stopped], growth=4.0, suite_runs=2, second_look_cap_s=100.0) == \
+        pytest.approx(170.0 + 40.0 + 100.0 + 2 * 90.0)

@@ -51,36 +51,52 @@ def second_look_growth(p: Plan) -> float:
     return 1.0 + every / max(sample, 1)
 
 
-def next_trial_s(rows: Iterable[SweepRow], growth: float, suite_runs: int = 0) -> float:
+def next_trial_s(rows: Iterable[SweepRow], growth: float, suite_runs: int = 0,
+                 second_look_cap_s: float | None = None) -> float:
     """The next trial's worst-case seconds: the dearest trial measured in this tune, priced
     by trial_price. 0 before any trial was measured here (cached trials cost nothing, and
     say nothing of the next). A trial stopped early (gate/early.py) measured only part of
     what the next may: while no trial here was measured in full, the stopped ones are
     priced as if they had run every one of the plan's `suite_runs` and the load test
-    (stopped_price)."""
+    (stopped_price). second_look_cap_s: the policy's second_look_max_minutes, past which a
+    second look is not taken (gate/looks.py), so no price holds a dearer one."""
     measured = [r for r in rows if r.measured_now and r.evaluate_s is not None]
     looked_twice = any(r.looks == 2 for r in measured)
     full = [r for r in measured if not r.stopped_by]
     if full:
-        return max(trial_price(r, growth, looked_twice) for r in full)
-    return max((stopped_price(r, growth, looked_twice, suite_runs) for r in measured),
-               default=0.0)
+        return max(trial_price(r, growth, looked_twice, second_look_cap_s) for r in full)
+    return max((stopped_price(r, growth, looked_twice, suite_runs, second_look_cap_s)
+                for r in measured), default=0.0)
 
 
-def stopped_price(row: SweepRow, growth: float, looked_twice: bool, suite_runs: int
-                  ) -> float:
-    """A stopped trial's price grown to a whole one: scaled by every suite run over those
-    it measured (its baseline's share too: on the safe side), plus a load test for each
-    model as long as the longest its timeline shows (the baseline's, where the trial
-    measured it), else one minute each."""
+def stopped_price(row: SweepRow, growth: float, looked_twice: bool, suite_runs: int,
+                  cap_s: float | None = None) -> float:
+    """A stopped trial's price grown to a whole one: its candidate's suites scaled by every
+    suite run over those it measured (its build, engine starts and the baseline's share do
+    not grow with the suites left), their second look at that size, plus a load test for
+    each model as long as the longest its timeline shows (the baseline's, where the trial
+    measured it), else one minute each. Without a timeline, its whole time is scaled."""
     left = [n for n in row.not_measured if n != "load test"]
     done = suite_runs - len(left)
     scale = suite_runs / done if suite_runs and done > 0 else float(max(len(left), 1) + 1)
-    load = _kind_seconds(Path(row.run_dir) / "timing.json", "load") if row.run_dir else None
-    return trial_price(row, growth, looked_twice) * scale + 2 * (load or 60.0)
+    timing = Path(row.run_dir) / "timing.json" if row.run_dir else None
+    load = _kind_seconds(timing, "load") if timing else None
+    spans = _suite_seconds(timing) if timing else None
+    if spans is None or row.looks == 2:
+        return trial_price(row, growth, looked_twice, cap_s) * scale + 2 * (load or 60.0)
+    baseline, candidate = spans
+    first_look = (row.evaluate_s or 0.0) - baseline + candidate * (scale - 1)
+    baseline_again = 0.0 if looked_twice else (baseline or candidate * scale)
+    second = _capped((candidate * scale + baseline_again) * (growth - 1), cap_s)
+    return first_look + second + 2 * (load or 60.0)
 
 
-def trial_price(row: SweepRow, growth: float, looked_twice: bool) -> float:
+def _capped(seconds: float, cap_s: float | None) -> float:
+    return seconds if cap_s is None else min(seconds, cap_s)
+
+
+def trial_price(row: SweepRow, growth: float, looked_twice: bool,
+                cap_s: float | None = None) -> float:
     """What a trial like this one may cost next time, from where its time went
     (its timing.json). The baseline's suites are measured once per tune and cached, so
     they leave the price of a first look; a second look answers (growth - 1) times the
@@ -99,7 +115,7 @@ def trial_price(row: SweepRow, growth: float, looked_twice: bool) -> float:
         return wall * growth
     baseline, candidate = spans
     baseline_again = 0.0 if looked_twice else (baseline or candidate)
-    extra = (candidate + baseline_again) * (growth - 1)
+    extra = _capped((candidate + baseline_again) * (growth - 1), cap_s)
     return wall - baseline + extra
 
 

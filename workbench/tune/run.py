@@ -144,8 +144,10 @@ def _search(p: Plan, tune_dir: Path, console: Console, run: Runner, budget: Budg
     space, name = p.cfg.tune.space, p.candidate_name
     sens = (_sensitivity(p, tune_dir, console)
             if space is None or max(space.keep) > 0 else None)
+    cap = p.policy.second_look_max_minutes
     price = functools.partial(next_trial_s, growth=second_look_growth(p), suite_runs=sum(
-        len(list(s.spec.runs())) for s in p.suites))
+        len(list(s.spec.runs())) for s in p.suites),
+        second_look_cap_s=None if cap is None else cap * 60)
     if space is None:
         assert sens is not None  # measured above for the keep-k search
         spec_for = functools.partial(keep_spec, name, p.candidate, sens)
