@@ -131,3 +131,15 @@ def test_the_default_int4_runs_as_w4a8_there_and_asymmetric_stays_w4a16() -> Non
     assert zen_int4_path(True, "float32", 576, 64).activations == "16-bit"
     assert zen_int4_path(True, "bfloat16", 576, 64, packed_along_input=False).kernel == \
         "cpu_gemm_wna16"
+
+
+def test_the_record_states_w4a8_where_zen_serves_a_symmetric_bf16_grid() -> None:
+    """zen_runs_as, the record's runs_as on AMD Zen's platform (quantize/formats.py): the
+    default model's layers (576 and 1536 wide) at the shipped int4 grid run DA8W4."""
+    from workbench.quantize.zen_rules import ZenInt4, zen_runs_as
+
+    widths = (576, 576, 576, 1536)
+    said = zen_runs_as(ZenInt4(True, 64, widths), "bfloat16")
+    assert said is not None and said.startswith("W4A8 (dynamic int8 activations")
+    assert zen_runs_as(ZenInt4(False, 64, widths), "bfloat16") is None  # zero points
+    assert zen_runs_as(ZenInt4(True, 64, widths), "float32") is None

@@ -27,6 +27,7 @@ from workbench.quantize.gpu_rules import (
     capability_text,
     gpu_rule_key,
 )
+from workbench.quantize.zen_rules import ZenInt4, zen_runs_as
 
 __all__ = [
     "NO_INT4_KERNEL", "DenseServing", "ServedFormat", "dense_reason", "format_of_candidate",
@@ -200,17 +201,21 @@ def _capability_reason(fmt: ServedFormat, capability: Capability) -> str | None:
 
 
 def runs_as(fmt: ServedFormat, device: str, capability: Capability | None,
-            serve_dtype: str | None = None) -> str | None:
+            serve_dtype: str | None = None, zen: ZenInt4 | None = None) -> str | None:
     """What the engine really runs when it is not what ``fmt`` says, for the record; None
     when it runs as declared.
 
     On a CPU: int4 weight-only served in bf16 on a CPU with AMX runs as W4A8
-    (quantize/cpu_int4.py); other CPU rules refuse instead of falling back. On CUDA with an
+    (quantize/cpu_int4.py), and on AMD Zen's platform (zen: the candidate's grid, where the
+    engine served there) as zen_rules.py says; other CPU rules refuse instead of falling
+    back. On CUDA with an
     unknown capability, the statement says the capability rules were not checked. Call it
     only for a format unsupported_reason() accepted.
     """
     if device == "cpu":
         weight_only_int4 = fmt.weights == "int4" and fmt.activations == "16-bit"
+        if weight_only_int4 and zen is not None and serve_dtype is not None:
+            return zen_runs_as(zen, serve_dtype)
         return W4A8_NOTE if weight_only_int4 and cpu_int4_w4a8(serve_dtype, amx_tiles()) \
             else None
     rules = _gpu_rules(fmt)

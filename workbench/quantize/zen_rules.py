@@ -1,5 +1,5 @@
 """What an int4 checkpoint really runs as on vLLM's AMD Zen platform (issue 55, step 3's
-format rule; the platform choice and the record are not yet wired).
+format rule; the record's runs_as where the engine served there: quantize/formats.py).
 
 On an AMD CPU with AVX-512 where zentorch imports, vLLM 0.32.0 serves on ZenCpuPlatform
 (vllm/platforms/__init__.py, `_is_amd_zen_cpu`), and a compressed-tensors int4 layer goes
@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["ZenPath", "zen_int4_path"]
+__all__ = ["ZenInt4", "ZenPath", "zen_int4_path", "zen_runs_as"]
 
 Kernel = Literal["zentorch_dynamic_qlinear", "zentorch_woq_linear", "cpu_gemm_wna16"]
 
@@ -64,3 +64,23 @@ def zen_int4_path(symmetric: bool, serve_dtype: str, in_features: int, group_siz
     if da8w4:
         return ZenPath("zentorch_dynamic_qlinear", "int8, quantised per token at run time")
     return ZenPath("zentorch_woq_linear", "16-bit")
+
+
+@dataclass(frozen=True)
+class ZenInt4:
+    """The candidate's int4 grid, as zen_int4_path reads it for every layer."""
+
+    symmetric: bool
+    group_size: int
+    in_features: tuple[int, ...]  # each decoder linear layer's input width
+
+
+def zen_runs_as(grid: ZenInt4, serve_dtype: str) -> str | None:
+    """The record's statement of what int4 ran as on ZenCpuPlatform: None where every
+    layer runs W4A16 as the recipe names; else the paths the layers take."""
+    labels = sorted({zen_int4_path(grid.symmetric, serve_dtype, width, grid.group_size).label
+                     for width in grid.in_features})
+    if all(label.startswith("W4A16") for label in labels):
+        return None
+    return (f"{' and '.join(labels)}, not W4A16: on vLLM's AMD Zen platform (zentorch) a "
+            "symmetric int4 layer served in bf16 quantises its activations to int8 per token")

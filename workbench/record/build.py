@@ -5,6 +5,7 @@ gate stage's comparisons, the load and headroom are the measurements' own.
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Literal
@@ -19,6 +20,8 @@ from workbench.measure.watch import StoppedEarly
 from workbench.plan.plan import Plan
 from workbench.quantize.checks import gpu_capability
 from workbench.quantize.formats import DenseServing, runs_as
+from workbench.quantize.kernels import layer_shapes
+from workbench.quantize.zen_rules import ZenInt4
 from workbench.record.decision import DecisionRecord, Sampling, host_facts
 from workbench.record.plots import (
     LATENCY_PLOT,
@@ -124,6 +127,20 @@ def _served_dtype(p: Plan, cand: Measurement) -> str | None:
     return None if p.dense is not None else cand.server.device_facts.get("serve_dtype")
 
 
+def _zen_grid(p: Plan, cand: Measurement) -> ZenInt4 | None:
+    """The candidate's int4 grid where its engine served on AMD Zen's platform (its log
+    said so: serve/engine_log.py), for what each layer ran as; None elsewhere, or for a
+    recipe file or checkpoint, whose grid the config does not state."""
+    c = p.candidate
+    symmetric, group = c.resolved_symmetric, c.resolved_group_size
+    if cand.server.kernels.get("platform") != "ZenCpuPlatform" or symmetric is None \
+            or group is None:
+        return None
+    shapes = layer_shapes(json.loads((p.model_dir / "config.json").read_text()),
+                          p.cfg.engine.tensor_parallel_size)
+    return ZenInt4(symmetric, group, tuple(s.partition[0] for s in shapes.values()))
+
+
 def _engine(p: Plan, base: Measurement, cand: Measurement) -> EngineSection:
     sides = (("baseline", base), ("candidate", cand))
     return {"version": p.engine_version, "config": p.cfg.engine.model_dump(),
@@ -203,7 +220,7 @@ def build_record(p: Plan, pair: MeasuredPair, report: GateReport, fidelity: dict
                          if (values := p.candidate.weight_values()) else {}),
                       **({"served_format": q.format.to_dict(),
                           "runs_as": runs_as(q.format, p.device, gpu_capability(p.device),
-                                             _served_dtype(p, cand))}
+                                             _served_dtype(p, cand), _zen_grid(p, cand))}
                          if q.path else {})},
         endpoints={role: endpoint_section(p.cfg.endpoints.of(role), m.server)
                    for role, m in sides if m.server.endpoint},
