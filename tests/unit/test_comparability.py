@@ -119,3 +119,14 @@ def test_validate_names_each_suites_gate_and_a_blind_suite_from_the_cached_basel
     assert lines[0] == ("  arithmetic: quality gate (max_drop 0.15) — the cached baseline "
                         "scores 0.050, within its margin 0.15: the gate cannot fail "
                         "(docs/gates.md)")
+
+
+def test_a_baseline_served_on_another_platform_is_not_comparable(tmp_path: Path) -> None:
+    """A baseline cached before zentorch was installed ran on vLLM's CPU platform; a
+    candidate served after it, on AMD Zen's: the comparability gate fails, naming it."""
+    base = server(model_folder(tmp_path / "b"))
+    cand = server(model_folder(tmp_path / "c"), kernels={"platform": "ZenCpuPlatform"})
+    _, gate = comparability(base, cand, {}, {})
+    assert gate.status == "fail" and "engine platform differs" in gate.detail, gate.detail
+    _, same = comparability(base, server(model_folder(tmp_path / "d")), {}, {})
+    assert same.status == "pass", same.detail

@@ -104,14 +104,15 @@ def _cache_check(base: ServerInfo, cand: ServerInfo) -> ComparabilityCheck:
 
 
 def _device_checks(base: ServerInfo, cand: ServerInfo) -> list[ComparabilityCheck]:
-    """The device both sides ran on, the suites' batch, batch-invariant kernels and the
-    serving dtype: a baseline measured on another GPU type, at another batch, or in bf16
-    beside a float32 candidate answers differently for reasons that are not the
-    candidate's (serve/device.py)."""
+    """The device both sides ran on, the suites' batch, batch-invariant kernels, the
+    serving dtype and the engine's platform: a baseline measured on another GPU type, at
+    another batch, in bf16 beside a float32 candidate or on another platform answers
+    differently for reasons that are not the candidate's (serve/device.py)."""
     b, c = device_facts_of(base), device_facts_of(cand)
     checks = [_check(what, b[key], c[key]) for what, key in (
         ("device", "device"), ("suite requests in flight", "suite_in_flight"),
-        ("batch-invariant kernels", "batch_invariant"), ("serving dtype", "serve_dtype"))]
+        ("batch-invariant kernels", "batch_invariant"), ("serving dtype", "serve_dtype"),
+        ("engine platform", "platform"))]
     if base.endpoint or cand.endpoint:
         for check in checks:
             if check["what"] != "suite requests in flight":
@@ -137,7 +138,11 @@ def device_facts_of(info: ServerInfo) -> dict[str, str]:
     return {"device": device, "suite_in_flight": str(facts.get("suite_in_flight", 8)),
             "batch_invariant": "on" if facts.get("batch_invariant") else "off",
             # measured before `engine.dtype: auto`: the engine command says, else bf16
-            "serve_dtype": str(facts.get("serve_dtype") or command_dtype(info.command))}
+            "serve_dtype": str(facts.get("serve_dtype") or command_dtype(info.command)),
+            # vLLM's own choice, as its log said it (serve/engine_log.py): AMD Zen's, or
+            # its default for the device; a baseline cached before zentorch was installed
+            # ran on another platform than a candidate served after
+            "platform": info.kernels.get("platform", "default")}
 
 
 def comparability(base: ServerInfo | None, cand: ServerInfo | None,
