@@ -16,7 +16,8 @@ def judge_problems(cfg: RunConfig, policy: GatePolicy, path: Path, suites: list[
                    ) -> list[str]:
     """A gate on the judge's verdicts needs a judge, and a judge a rubric file and a
     traffic suite to read."""
-    judged = [g.suite for _, g in policy.paired() if g.metric.startswith("judge_")]
+    measured = {run: s.spec.kind for s in suites for run, _ in s.spec.runs()}
+    judged = [g.suite for _, g in policy.paired(measured) if g.metric.startswith("judge_")]
     if cfg.judge is None:
         return [f"{path}: a gate on {suite!r} reads the judge's verdicts, but "
                 f"{cfg.source} declares no judge" for suite in judged]
