@@ -26,9 +26,9 @@ class Server(StrictModel):
     def _http(cls, v: str) -> str:
         if not re.match(r"^https?://[^/\s]+", v):
             raise ValueError(f"must be an http:// or https:// URL, got {v!r}")
-        if "@" in v.split("/")[2]:
-            raise ValueError("must not carry credentials (user:password@); name the key's "
-                             "environment variable in api_key_env")
+        if "@" in v.split("/")[2] or "?" in v or "#" in v:
+            raise ValueError("must not carry credentials (user:password@, or a ?key=... "
+                             "query); name the key's environment variable in api_key_env")
         return v.rstrip("/").removesuffix("/v1")
 
     @field_validator("api_key_env")
