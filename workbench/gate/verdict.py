@@ -26,6 +26,7 @@ from workbench.gate.served import decided_here, mark_not_own
 from workbench.gate.traffic import pair_traffic
 from workbench.measure.measurement import LOAD_DIR, Measurement, further_load_dir
 from workbench.suites.definition import Suite
+from workbench.suites.results import SuiteResult
 from workbench.suites.scorers.fidelity import compare_fidelity
 
 __all__ = ["Flips", "GateReport", "PolicySection", "SuiteComparison", "compare_suites", "evidence",
@@ -88,6 +89,10 @@ class GateReport:
     # a candidate served dense: the decision on the gates this device can judge (its
     # speed and memory left out: gate/served.py); None for one served as built
     judged_here: Literal["promote", "reject", "inconclusive"] | None = None
+    # each side's suites as the gates read them (a traffic suite scored against the
+    # baseline's answers, gate/traffic.py): what the record's suite summaries show
+    sides: tuple[dict[str, SuiteResult], dict[str, SuiteResult]] = field(
+        default_factory=lambda: ({}, {}))
 
     @property
     def comparability(self) -> ComparabilitySection:
@@ -162,7 +167,8 @@ def judge(policy: GatePolicy, policy_path: Path, base: Measurement | None,
                       policy_summary(per_look, policy_path, outcomes, measured_kinds(ev),
                                      looks),
                       compare_suites(ev, compared),
-                      decided_here(outcomes, per_look.inconclusive_blocks) if not_own else None)
+                      decided_here(outcomes, per_look.inconclusive_blocks) if not_own else None,
+                      (ev.base_suites, ev.cand_suites))
 
 
 def compare_suites(ev: Evidence, compared: Comparisons) -> dict[str, SuiteComparison]:

@@ -47,7 +47,7 @@ def regate(run_dir: Path, policy_path: Path | None = None) -> tuple[DecisionReco
     rec.comparability = report.comparability
     rec.schema_version = SCHEMA_VERSION  # written anew in the current shape
     if base is not None and cand is not None:
-        rec.suites = suite_pairs(base.suites, cand.suites, report.suites)
+        rec.suites = suite_pairs(*report.sides, report.suites)
     rec.rollout = rollout_rejudged(rec)  # its threshold and trigger read the gates
     return rec, policy
 

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Literal
 
 from workbench.config.run_config import DEFAULT_PRICE_PER_HOUR, EndpointConfig
-from workbench.gate.traffic import pair_traffic
 from workbench.gate.verdict import GateReport, SuiteComparison
 from workbench.loadtest.results import LoadResult, cost_figures
 from workbench.measure.measurement import SAMPLING, Measurement
@@ -59,9 +58,8 @@ def suite_summary(r: SuiteResult) -> SuiteSummary:
 
 def suite_pairs(base: dict[str, SuiteResult], cand: dict[str, SuiteResult],
                 compared: dict[str, SuiteComparison]) -> dict[str, SuitePair]:
-    """Each suite both sides ran: its two summaries (a traffic suite's scored against the
-    baseline's answers, as the gates read it) and the gate stage's comparison."""
-    base, cand = pair_traffic(base, cand)
+    """Each suite both sides ran: its two summaries (as the gates read them: GateReport's
+    sides) and the gate stage's comparison."""
     out: dict[str, SuitePair] = {}
     for name, b in base.items():
         if name not in cand:
@@ -209,7 +207,7 @@ def build_record(p: Plan, pair: MeasuredPair, report: GateReport, fidelity: dict
         device=host_facts(p.device, cand.server.device_facts),  # type: ignore[arg-type]
         gates=report.gates,
         comparability=report.comparability,
-        suites=suite_pairs(base.suites, cand.suites, report.suites),
+        suites=suite_pairs(*report.sides, report.suites),
         fidelity=fidelity,
         load={role: m.load.to_dict() for role, m in sides},
         headroom={role: m.headroom for role, m in sides if m.headroom},
