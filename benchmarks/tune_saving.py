@@ -7,7 +7,8 @@ figures (issue 47's acceptance).
 Two runs of `workbench tune` in one scratch cache (empty artifact and result caches, the
 real one's environments and converted model linked, as benchmarks/main_job.py):
 1. the tune as the README runs it, each trial stopped where a gate fails past doubt;
-2. the same tune with `--measure-all`, in the same cache: every build, the baseline and
+2. the same tune with `--measure-all`, in the same cache and held to run 1's number of
+   trials (so it tries no point run 1 did not): every build, the baseline and
    each trial's measured suites come from run 1, so it measures exactly what run 1 left
    out (a stopped trial's remaining suites and load test; evaluate's rerun of a stopped
    pair reuses what was measured).
@@ -34,12 +35,14 @@ sys.path.insert(0, str(REPO))
 from workbench.mechanisms.paths import link_shared_cache  # noqa: E402
 
 
-def tune(scratch: Path, args: argparse.Namespace, measure_all: bool) -> dict:
-    """One timed tune in the scratch cache (its runs/ and MLflow store inside)."""
+def tune(scratch: Path, args: argparse.Namespace, measure_all: bool,
+         max_trials: int | None = None) -> dict:
+    """One timed tune in the scratch cache (its runs/ and MLflow store inside); run 2 is
+    held to run 1's number of trials, so it measures those points and no new ones."""
     env = {**os.environ, "WORKBENCH_CACHE": str(scratch / "cache"),
            "MLFLOW_TRACKING_URI": f"sqlite:///{scratch}/mlflow.db", "PYTHONPATH": str(REPO)}
     cmd = [str(REPO / ".venv" / "bin" / "workbench"), "tune", "--candidate", args.candidate,
-           "--max-trials", str(args.max_trials), "--max-hours", str(args.max_hours),
+           "--max-trials", str(max_trials or args.max_trials), "--max-hours", str(args.max_hours),
            "--runs-dir", str(scratch / "runs"), *(["--measure-all"] if measure_all else [])]
     before = set((scratch / "runs").glob("*-tune-*"))
     start = time.perf_counter()
@@ -99,7 +102,8 @@ def main() -> None:
         link_shared_cache(scratch / "cache")
         keep("stopped", tune(scratch, args, measure_all=False))
         if not args.stopped_only:
-            keep("the rest", tune(scratch, args, measure_all=True))
+            tried = len(figures["stopped"]["trials"]) or args.max_trials
+            keep("the rest", tune(scratch, args, measure_all=True, max_trials=tried))
             stopped, rest = figures["stopped"]["seconds"], figures["the rest"]["seconds"]
             figures["saved_s"] = rest
             figures["ratio"] = round(stopped / (stopped + rest), 3)
