@@ -84,11 +84,11 @@ def test_the_record_says_how_many_looks_and_at_what_level() -> None:
     assert "`look-1/decision.md`" in second
 
 
-def _plan(suites: list[str], bound: float | None) -> Plan:
+def _plan(suites: list[str], bound: float | None, deadline: float | None = None) -> Plan:
     """What look_cost reads of a plan: the sample, the suites and the policy."""
     cfg = SimpleNamespace(seed=0, profile="smoke", load=SimpleNamespace(rounds=2))
     return cast(Plan, SimpleNamespace(
-        cfg=cfg, suites=[load_suite(n) for n in suites],
+        cfg=cfg, suites=[load_suite(n) for n in suites], look_deadline=deadline,
         policy=GatePolicy(second_look=True, second_look_max_minutes=bound)))
 
 
@@ -125,6 +125,20 @@ def test_a_second_look_over_the_policy_s_bound_is_not_taken_and_the_record_says_
     looks = {**one_look(0.95, 2, "smoke"), "skipped": why}
     line = looks_line({"looks": looks})
     assert "was due, and not taken" in line and "about 270 min" in line and "0.975" in line
+
+
+def test_a_second_look_past_a_tunes_deadline_is_not_taken_and_says_how_to_take_it() -> None:
+    # 40 min to measure every item, within the policy's 60: taken with 41 min left, not
+    # with 39, nor once the deadline has passed
+    assert skip_reason(_plan([], 60, deadline=1000.0 + 41 * 60), 40 * 60, now=1000.0) is None
+    why = skip_reason(_plan([], 60, deadline=1000.0 + 39 * 60), 40 * 60, now=1000.0)
+    assert why is not None and "about 40 min" in why and "39 min left" in why
+    assert "--max-hours" in why and "again with more hours" in why
+    late = skip_reason(_plan([], None, deadline=1000.0), 60, now=5000.0)
+    assert late is not None and "0 min left" in late
+    # the policy's bound is the first reason where both hold
+    both = skip_reason(_plan([], 30, deadline=1000.0), 40 * 60, now=5000.0)
+    assert both is not None and "second_look_max_minutes (30)" in both
 
 
 def test_evaluate_skips_a_due_second_look_over_the_bound_and_says_so(

@@ -190,6 +190,7 @@ def test_tune_measure_all_reaches_every_trial(monkeypatch: pytest.MonkeyPatch) -
     tune_cli = importlib.import_module("workbench.cli.tune")  # the module, not the command
 
     seen: list[bool] = []
+    deadlines: list[float | None] = []
 
     def fake_row(*args, measure_all: bool = False, **kwargs) -> SweepRow:
         seen.append(measure_all)
@@ -201,7 +202,8 @@ def test_tune_measure_all_reaches_every_trial(monkeypatch: pytest.MonkeyPatch) -
         cfg = type("C", (), {"seed": 0})()
         policy = type("P", (), {"sweep": type("S", (), {"quality": "worst_lower_bound"})()})()
 
-        def variant(self, *args):
+        def variant(self, *args, look_deadline=None):
+            deadlines.append(look_deadline)
             return self
 
     budgets: list[Budget] = []
@@ -214,5 +216,11 @@ def test_tune_measure_all_reaches_every_trial(monkeypatch: pytest.MonkeyPatch) -
         monkeypatch.setattr(tune_run, "trial_config", lambda cfg, spec: cfg)
         tune_run._trial(FakePlan(), TrialSpec("t", None, (), "x"),  # type: ignore[arg-type]
                         Path("/nonexistent"), Console(quiet=True), None,  # type: ignore[arg-type]
-                        budgets[-1])
+                        budgets[-1], 99.0)
     assert [b.measure_all for b in budgets] == [False, True] and seen == [False, True]
+    # a search trial's second look is held to the tune's deadline; a confirmation's is not
+    assert deadlines == [99.0, 99.0]
+    tune_run._trial(FakePlan(), TrialSpec("t", None, (), "x"),  # type: ignore[arg-type]
+                    Path("/nonexistent"), Console(quiet=True), None,  # type: ignore[arg-type]
+                    budgets[-1], 99.0, part="confirm")
+    assert deadlines[-1] is None

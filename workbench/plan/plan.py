@@ -58,7 +58,8 @@ class Plan:
     def __init__(self, cfg: RunConfig, candidate: str, device: str, policy: GatePolicy,
                  suites: list[Suite], requests: list[Request],
                  split: ItemSplit | None = None,
-                 further: dict[str, list[Request]] | None = None) -> None:
+                 further: dict[str, list[Request]] | None = None,
+                 look_deadline: float | None = None) -> None:
         self.cfg = cfg
         self.device = device
         self.candidate_name = candidate
@@ -77,17 +78,22 @@ class Plan:
         # judged on one half of every suite's items (tune's search or confirmation); the
         # engine still answers every item of the sample, and the cache keeps them all
         self.split = split
+        # time.perf_counter() past which no second look may end (a tune's --max-hours):
+        # pipeline/look_cost.py skips one that would, by the first look's own rates
+        self.look_deadline = look_deadline
 
-    def variant(self, cfg: RunConfig, candidate: str, split: ItemSplit | None) -> Plan:
+    def variant(self, cfg: RunConfig, candidate: str, split: ItemSplit | None,
+                look_deadline: float | None = None) -> Plan:
         """Another candidate of the same checked run (a tune trial, whose config adds it),
         judged on a half of the items or on all of them."""
         return Plan(cfg, candidate, self.device, self.policy, self.suites, self.requests,
-                    split, self.further)
+                    split, self.further, look_deadline)
 
     def at_profile(self, profile: Literal["smoke", "full"]) -> Plan:
         """The same run measuring another profile of its suites (a second look)."""
         return Plan(self.cfg.with_profile(profile), self.candidate_name, self.device,
-                    self.policy, self.suites, self.requests, self.split, self.further)
+                    self.policy, self.suites, self.requests, self.split, self.further,
+                    self.look_deadline)
 
     def growing_runs(self) -> set[str]:
         """The suite runs (a guided run under its own name) that have items this

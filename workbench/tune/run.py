@@ -42,7 +42,7 @@ from workbench.sweep.run import evaluate_row, table_record
 from workbench.sweep.table import SweepRecord, SweepRow
 from workbench.tracking.run_log import DESCRIPTION_TAG, RUN_NAME_TAG, tracker_for
 from workbench.tracking.tracker import Tracker
-from workbench.tune.budget import Budget, next_trial_s, second_look_growth
+from workbench.tune.budget import Budget, next_trial_s
 from workbench.tune.outcome import Search, outcome, pick_trial
 from workbench.tune.proxies import ORDERING_PROXY, order_by_proxy
 from workbench.tune.record import (
@@ -117,7 +117,8 @@ def run_tune(cfg: RunConfig, name: str, runs_root: Path, console: Console,
     tags = {"kind": "tune", "candidate": name, "device": base.device}
     with tracker_for(cfg, f"tune {name}", tags, console) as tracker:
         run = functools.partial(_trial, base, tune_dir=tune_dir, console=console,
-                                tracker=tracker, budget=budget)
+                                tracker=tracker, budget=budget,
+                                deadline=started + budget.max_hours * 3600)
         sens, search, space = _search(base, tune_dir, console, run, budget, started)
         trials = _table(base, search, tune_dir, started, budget.objective)
         chosen = None if search.failed else pick_trial(search, trials)
@@ -144,10 +145,8 @@ def _search(p: Plan, tune_dir: Path, console: Console, run: Runner, budget: Budg
     space, name = p.cfg.tune.space, p.candidate_name
     sens = (_sensitivity(p, tune_dir, console)
             if space is None or max(space.keep) > 0 else None)
-    cap = p.policy.second_look_max_minutes
-    price = functools.partial(next_trial_s, growth=second_look_growth(p), suite_runs=sum(
-        len(list(s.spec.runs())) for s in p.suites),
-        second_look_cap_s=None if cap is None else cap * 60)
+    price = functools.partial(next_trial_s, suite_runs=sum(
+        len(list(s.spec.runs())) for s in p.suites))
     if space is None:
         assert sens is not None  # measured above for the keep-k search
         spec_for = functools.partial(keep_spec, name, p.candidate, sens)
@@ -206,10 +205,13 @@ def _sensitivity(p: Plan, tune_dir: Path, console: Console) -> Sensitivity:
 
 
 def _trial(p: Plan, spec: TrialSpec, tune_dir: Path, console: Console, tracker: Tracker,
-           budget: Budget, part: str = "search") -> SweepRow:
-    """One trial through evaluate's stages, judged on one half of the items."""
+           budget: Budget, deadline: float, part: str = "search") -> SweepRow:
+    """One trial through evaluate's stages, judged on one half of the items. A search
+    trial takes no second look that would end past the tune's --max-hours (budget.py);
+    the confirmation of a promoted trial is not cut short by the budget."""
     trial = p.variant(trial_config(p.cfg, spec), spec.name,
-                      ItemSplit("search" if part == "search" else "confirm", p.cfg.seed))
+                      ItemSplit("search" if part == "search" else "confirm", p.cfg.seed),
+                      look_deadline=deadline if part == "search" else None)
     console.rule(f"{'trial' if part == 'search' else 'confirmation'} {spec.name}: "
                  f"{spec.label}, judged on the {part} half")
     folder = inside(tune_dir, spec.name if part == "search" else f"confirm-{spec.name}")

@@ -38,8 +38,8 @@ def over_budget(search: Search, budget: Budget, started: float, price: float,
         return f"the budget of {budget.max_trials} trial(s) was spent"
     if spent + price > budget.max_hours * 3600:
         return (f"the budget of {budget.max_hours:g} h could be passed by the next trial "
-                f"({spent:.0f} s spent; the next may take up to {price:.0f} s if it looks "
-                "twice, docs/tune.md 'Budget')")
+                f"({spent:.0f} s spent; its first look may take up to {price:.0f} s, "
+                "docs/tune.md 'Budget')")
     return None
 
 
