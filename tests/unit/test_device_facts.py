@@ -215,3 +215,24 @@ def test_the_baseline_key_tells_gpu_types_apart_and_keeps_cpu_keys(monkeypatch) 
     monkeypatch.setattr(device_mod, "_probe", lambda: None)
     assert baseline_key(cfg, "d", [], "cpu", "0.32.0", []) == cpu
     assert cpu not in keys.values()
+
+
+def test_a_load_requests_shared_chunks_enter_the_baseline_key_only_where_it_has_some() -> None:
+    from workbench.config.run_config import RunConfig
+    from workbench.loadtest.workload import Request
+    from workbench.measure.measurement import baseline_key
+
+    cfg = RunConfig.model_validate({"model": {"name": "m", "path": "m"},
+                                    "candidates": {"c": {"recipe": "none"}},
+                                    "calibration": {"files": ["c.jsonl"]},
+                                    "engine": {"max_model_len": 8192},
+                                    "suites": ["arithmetic"], "gates": "g.yaml"})
+    plain = [Request(0.0, 40, 8)]
+    shared = [Request(0.0, 40, 8, prefix_chunks=(0, 1))]
+    key = baseline_key(cfg, "d", [], "cpu", "0.32.0", plain)
+    assert key != baseline_key(cfg, "d", [], "cpu", "0.32.0", shared)
+    # the fields a request had before traces carried chunks, so older baselines stay valid
+    from workbench.measure import measurement
+    assert measurement._request_key(plain[0]) == {
+        "arrival_s": 0.0, "prompt_tokens": 40, "output_tokens": 8, "conversation": -1,
+        "think_s": 0.0}

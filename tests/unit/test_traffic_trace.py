@@ -13,9 +13,10 @@ from workbench.loadtest.from_traffic import (
     RequestShape,
     answer_lengths,
     common_prefix,
+    shared_chunks,
     traffic_trace,
 )
-from workbench.loadtest.workload import read_trace
+from workbench.loadtest.workload import read_trace, trace_row
 from workbench.mechanisms.errors import InputError
 
 SYSTEM = [1, 2, 3, 4, 5, 6]  # a system prompt every request carries
@@ -62,11 +63,24 @@ def test_the_shared_prefix_is_what_every_prompt_begins_with() -> None:
     assert common_prefix([[5, 1], [1, 5]]) == 0 and common_prefix([]) == 0
 
 
+def test_what_prompts_share_is_found_by_request_in_whole_chunks() -> None:
+    support = list(range(100, 140))  # one segment's system prompt: 40 tokens
+    prompts = [support + [1] * 9, support + [2] * 30, [7] * 50, support[:20] + [3] * 5,
+               [7] * 15]
+    assert shared_chunks(prompts) == [(0, 1), (0, 1), (), (0,), ()]
+    # a chunk is named by everything before it: the same tokens after different openings
+    # are different chunks
+    assert shared_chunks([[1] * 16 + [5] * 16, [2] * 16 + [5] * 16]) == [(), ()]
+    assert shared_chunks([[9] * 16]) == [()] and shared_chunks([]) == []
+
+
 def test_the_trace_is_one_the_load_test_reads(tmp_path: Path) -> None:
-    trace = traffic_trace(shapes([0.0, 0.25, 1.0]), default_max_tokens=16)
+    segment = list(range(200, 240))  # a system prompt half the requests carry
+    rows = [RequestShape(f"r{i}", (segment if i % 2 else []) + [10 + i] * (5 + i), 16, None)
+            for i in range(6)]
+    trace = traffic_trace(rows, default_max_tokens=16, rate=2.0)
+    assert sum(bool(q.prefix_chunks) for q in trace.requests) == 3
+    assert {q.prefix_chunks for q in trace.requests} == {(), (0, 1)}
     out = tmp_path / "trace.jsonl"
-    out.write_text("".join(json.dumps({"arrival_s": q.arrival_s,
-                                       "prompt_tokens": q.prompt_tokens,
-                                       "output_tokens": q.output_tokens}) + "\n"
-                           for q in trace.requests))
+    out.write_text("".join(json.dumps(trace_row(q)) + "\n" for q in trace.requests))
     assert read_trace(out, max_model_len=512) == trace.requests

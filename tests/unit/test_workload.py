@@ -10,7 +10,14 @@ import numpy as np
 import pytest
 
 from workbench.config.run_config import LoadProfile, load_config
-from workbench.loadtest.workload import Request, draw_requests, read_trace, write_timed_trace
+from workbench.loadtest.workload import (
+    SHARED_CHUNK_IDS,
+    Request,
+    draw_requests,
+    read_trace,
+    trace_row,
+    write_timed_trace,
+)
 from workbench.mechanisms.errors import InputError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -103,6 +110,54 @@ def test_timed_trace_ids_share_the_prefix_and_nothing_else(tmp_path: Path) -> No
     other = json.loads((tmp_path / "b.jsonl").read_text().splitlines()[0])
     assert other["hash_ids"][:3] == [0, 1, 2] and not set(other["hash_ids"][3:]) & set(
         a["hash_ids"][3:])
+
+
+def test_a_traces_shared_chunks_are_read_and_written_back(tmp_path: Path) -> None:
+    requests = [Request(0.0, 40, 5, prefix_chunks=(0, 1)), Request(0.5, 20, 6)]
+    trace = write(tmp_path / "t.jsonl", [trace_row(r) for r in requests])
+    assert read_trace(trace, 512) == requests
+    assert "prefix_chunks" not in json.loads(trace.read_text().splitlines()[1])
+
+
+@pytest.mark.parametrize(("chunks", "message"), [
+    ('"0,1"', "prefix_chunks must be a list of whole numbers >= 0"),
+    ("[0, -1]", "prefix_chunks must be a list"),
+    ("[0, true]", "prefix_chunks must be a list"),
+    ("[0, 1, 2]", "t.jsonl:1: prefix_chunks cover 48 tokens, more than its prompt_tokens"),
+])
+def test_bad_shared_chunks_are_named(tmp_path: Path, chunks: str, message: str) -> None:
+    trace = write(tmp_path / "t.jsonl", ['{"arrival_s": 0, "prompt_tokens": 40, '
+                                         f'"output_tokens": 5, "prefix_chunks": {chunks}}}'])
+    with pytest.raises(InputError, match=message):
+        read_trace(trace, 512)
+
+
+def test_a_trace_that_says_what_it_shares_takes_no_profile_prefix_besides(
+        tmp_path: Path) -> None:
+    trace = write(tmp_path / "t.jsonl", [trace_row(Request(0.0, 40, 5, prefix_chunks=(0,)))])
+    with pytest.raises(InputError, match=r"shared_prefix_tokens \(24\) would add another"):
+        read_trace(trace, 512, shared_prefix_tokens=24)
+    assert read_trace(trace, 512, shared_prefix_tokens=0)[0].prefix_chunks == (0,)
+
+
+def test_timed_trace_ids_share_what_the_trace_says_on_every_level(tmp_path: Path) -> None:
+    # two prompts opening with one segment's system prompt (two chunks), one with only its
+    # first chunk in common, one sharing nothing
+    requests = [Request(0.0, 70, 8, prefix_chunks=(0, 1)),
+                Request(0.1, 50, 8, prefix_chunks=(0, 1)),
+                Request(0.2, 30, 8, prefix_chunks=(0,)), Request(0.3, 30, 8)]
+    assert write_timed_trace(requests, 0, 0, tmp_path / "a.jsonl") == 16
+    lines = [json.loads(x) for x in (tmp_path / "a.jsonl").read_text().splitlines()]
+    ids = [line["hash_ids"] for line in lines]
+    system = [SHARED_CHUNK_IDS, SHARED_CHUNK_IDS + 1]
+    assert ids[0][:2] == ids[1][:2] == system and ids[2][:1] == system[:1]
+    assert ids[2][1] != system[1] and not set(ids[3]) & set(system)
+    own = [set(i[len(r.prefix_chunks):]) for i, r in zip(ids, requests, strict=True)]
+    assert all(not (a & b) for n, a in enumerate(own) for b in own[n + 1:])
+    assert [len(i) for i in ids] == [5, 4, 2, 2]  # every prompt token, in chunks of 16
+    write_timed_trace(requests, 0, 1, tmp_path / "b.jsonl")  # another level
+    again = json.loads((tmp_path / "b.jsonl").read_text().splitlines()[0])["hash_ids"]
+    assert again[:2] == system and not set(again[2:]) & own[0]
 
 
 def test_builtin_profiles_are_there_and_a_config_overrides_their_fields(tmp_path: Path) -> None:

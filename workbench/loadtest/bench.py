@@ -93,7 +93,7 @@ def level_requests(profile: LoadProfile, trace: Path | None, max_model_len: int
                    ) -> list[Request]:
     """The requests every level sends: the same mix at each level and for each model."""
     if trace is not None:
-        requests = read_trace(trace, max_model_len)
+        requests = read_trace(trace, max_model_len, profile.shared_prefix_tokens)
         return requests[:profile.num_prompts] if profile.num_prompts else requests
     return draw_requests(profile, profile.requests_per_level or 16, profile.seed)
 

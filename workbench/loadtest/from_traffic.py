@@ -11,12 +11,18 @@ workload that will really be served.
 - arrivals: the log's timestamps, offset from the first, where every request has one;
   else a Poisson process at a stated rate (seeded);
 - the shared prefix: the longest run of leading tokens every prompt has (a chat template's
-  header, a system prompt all requests carry), for the profile's shared_prefix_tokens.
-Only numbers are written: no prompt text, no ids.
+  header, a system prompt all requests carry), said in words;
+- what the prompts share, by request: each prompt's leading 16-token chunks that another
+  prompt begins with too (a system prompt that one segment carries), numbered so that the
+  same number is the same tokens (Request.prefix_chunks): the load test's prompts then
+  share what the real ones share, and the engine's prefix cache serves them alike.
+Only numbers are written: no prompt text, no ids, no hash of a prompt's tokens.
 """
 
 from __future__ import annotations
 
+import collections
+import itertools
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -24,11 +30,12 @@ from pathlib import Path
 
 import numpy as np
 
-from workbench.loadtest.workload import Request
+from workbench.loadtest.workload import CHUNK_TOKENS, Request
 from workbench.mechanisms.errors import InputError
 from workbench.mechanisms.jsonl import jsonl_lines
 
-__all__ = ["RequestShape", "TrafficTrace", "answer_lengths", "common_prefix", "traffic_trace"]
+__all__ = ["RequestShape", "TrafficTrace", "answer_lengths", "common_prefix", "shared_chunks",
+           "traffic_trace"]
 
 
 @dataclass(frozen=True)
@@ -59,6 +66,29 @@ def common_prefix(sequences: Sequence[Sequence[int]]) -> int:
         if any(s[i] != sequences[0][i] for s in sequences):
             return i
     return shortest
+
+
+def shared_chunks(sequences: Sequence[Sequence[int]], chunk: int = CHUNK_TOKENS
+                  ) -> list[tuple[int, ...]]:
+    """Each sequence's leading whole chunks that some other sequence begins with too, as
+    chunk numbers: equal numbers, equal tokens from the start (a chunk is named by its own
+    tokens and the chunk before it, as the engine's prefix cache names its blocks).
+    Numbered in order of first use, so nothing of the tokens is in the numbers."""
+    interned: dict[tuple[int, tuple[int, ...]], int] = {}
+
+    def chain(seq: Sequence[int]) -> list[int]:
+        names, parent = [], -1
+        for end in range(chunk, len(seq) + 1, chunk):
+            parent = interned.setdefault((parent, tuple(seq[end - chunk:end])), len(interned))
+            names.append(parent)
+        return names
+
+    chains = [chain(seq) for seq in sequences]
+    uses = collections.Counter(name for names in chains for name in names)
+    numbers: dict[int, int] = {}
+    return [tuple(numbers.setdefault(n, len(numbers))
+                  for n in itertools.takewhile(lambda n: uses[n] > 1, names))
+            for names in chains]
 
 
 def answer_lengths(items_file: Path) -> dict[str, int]:
@@ -100,7 +130,6 @@ def traffic_trace(requests: Sequence[RequestShape], default_max_tokens: int,
     said = (f"the answers' lengths measured for {measured} of {len(requests)} requests"
             + ("; max_tokens for the rest" if measured < len(requests) else "")
             if measured else "each request's max_tokens (an upper bound)")
-    trace = sorted((Request(t, len(p), o) for t, p, o in zip(offsets, ids, outputs,
-                                                                 strict=True)),
-                   key=lambda q: q.arrival_s)
+    trace = sorted((Request(t, len(p), o, prefix_chunks=c) for t, p, o, c in zip(
+        offsets, ids, outputs, shared_chunks(ids), strict=True)), key=lambda q: q.arrival_s)
     return TrafficTrace(trace, common_prefix(ids), arrivals, said)

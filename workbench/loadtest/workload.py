@@ -24,9 +24,11 @@ from workbench.mechanisms.errors import InputError
 from workbench.mechanisms.jsonl import jsonl_lines
 
 __all__ = ["CHUNK_TOKENS", "Request", "draw_conversation", "draw_requests", "read_trace",
-           "write_conversations", "write_timed_trace"]
+           "trace_row", "write_conversations", "write_timed_trace"]
 
 CHUNK_TOKENS = 16  # the benchmark's default chunk (--timed-trace-chunk-hash-size)
+SHARED_CHUNK_IDS = 10**8  # a trace's prefix_chunks, apart from the shared prefix's and salts'
+
 TRACE_FIELDS = {"arrival_s": float, "prompt_tokens": int, "output_tokens": int}
 
 
@@ -39,6 +41,11 @@ class Request:
     # before it is sent once the previous turn's answer has arrived; -1: a lone request
     conversation: int = -1
     think_s: float = 0.0
+    # the prompt's leading chunks of CHUNK_TOKENS that other requests of a trace share
+    # (a system prompt one segment carries: loadtest/from_traffic.py), by chunk number; the
+    # same number is the same tokens wherever it occurs, so the engine's prefix cache
+    # serves them as it would serve the real prompts
+    prefix_chunks: tuple[int, ...] = ()
 
 
 def draw_lengths(dist: LengthDist, rng: np.random.Generator, n: int) -> list[int]:
@@ -84,9 +91,12 @@ def draw_conversation(profile: LoadProfile, index: int, first_prompt: int, first
     return turns
 
 
-def read_trace(path: Path, max_model_len: int) -> list[Request]:
+def read_trace(path: Path, max_model_len: int, shared_prefix_tokens: int = 0
+               ) -> list[Request]:
     """A user's trace: one JSON object per line with arrival_s (seconds from the trace's
-    start, non-decreasing), prompt_tokens and output_tokens. Every problem names its line."""
+    start, non-decreasing), prompt_tokens and output_tokens, and optionally prefix_chunks
+    (Request). Every problem names its line. A trace whose lines say what they share takes
+    no profile's shared_prefix_tokens besides."""
     if not path.is_file():
         raise InputError(f"{path}: load trace not found")
     requests: list[Request] = []
@@ -108,19 +118,46 @@ def read_trace(path: Path, max_model_len: int) -> list[Request]:
                 raise InputError(f"{path}:{lineno}: {key} must be a "
                                  f"{'whole number' if kind is int else 'number'} (got {value!r})")
             values[key] = kind(value)
-        req = Request(**values)
+        req = Request(**values, prefix_chunks=_prefix_chunks(row.get("prefix_chunks"),
+                                                             path, lineno))
         if req.arrival_s < 0 or req.prompt_tokens < 1 or req.output_tokens < 1:
             raise InputError(f"{path}:{lineno}: arrival_s must be >= 0 and token counts >= 1")
         if requests and req.arrival_s < requests[-1].arrival_s:
             raise InputError(f"{path}:{lineno}: arrival_s {req.arrival_s} is before the "
                              f"previous line's {requests[-1].arrival_s}; sort the trace")
+        if len(req.prefix_chunks) * CHUNK_TOKENS > req.prompt_tokens:
+            raise InputError(f"{path}:{lineno}: prefix_chunks cover "
+                             f"{len(req.prefix_chunks) * CHUNK_TOKENS} tokens, more than its "
+                             f"prompt_tokens ({req.prompt_tokens})")
         if req.prompt_tokens + req.output_tokens > max_model_len:
             raise InputError(f"{path}:{lineno}: {req.prompt_tokens} + {req.output_tokens} "
                              f"tokens exceed engine.max_model_len ({max_model_len})")
         requests.append(req)
     if not requests:
         raise InputError(f"{path}: load trace holds no request")
+    if shared_prefix_tokens and any(r.prefix_chunks for r in requests):
+        raise InputError(f"{path}: its lines carry prefix_chunks, which say what the requests "
+                         f"share; the profile's shared_prefix_tokens ({shared_prefix_tokens}) "
+                         "would add another prefix: set it to 0")
     return requests
+
+
+def trace_row(req: Request) -> dict:
+    """A request as a trace line, as read_trace reads it back."""
+    return {"arrival_s": req.arrival_s, "prompt_tokens": req.prompt_tokens,
+            "output_tokens": req.output_tokens,
+            **({"prefix_chunks": list(req.prefix_chunks)} if req.prefix_chunks else {})}
+
+
+def _prefix_chunks(value: object, path: Path, lineno: int) -> tuple[int, ...]:
+    """A trace line's optional prefix_chunks: chunk numbers (whole numbers >= 0)."""
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(
+            isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value):
+        raise InputError(f"{path}:{lineno}: prefix_chunks must be a list of whole numbers "
+                         f">= 0 (the shared {CHUNK_TOKENS}-token chunks, by number)")
+    return tuple(value)
 
 
 def chunk_tokens(shared_prefix_tokens: int) -> int:
@@ -141,8 +178,14 @@ def write_timed_trace(requests: list[Request], shared_prefix_tokens: int, salt: 
     next_id = (salt + 1) * 10**9
     with path.open("w") as out:
         for req in requests:
-            own = math.ceil((req.prompt_tokens - shared_prefix_tokens) / chunk)
-            ids = prefix_ids + list(range(next_id, next_id + own))
+            # a trace's own shared chunks (read_trace) are unsalted, as the profile's shared
+            # prefix: a system prompt stays cached from one level to the next
+            shared = [SHARED_CHUNK_IDS + c for c in req.prefix_chunks] if req.prefix_chunks \
+                else prefix_ids
+            covered = len(req.prefix_chunks) * chunk if req.prefix_chunks \
+                else shared_prefix_tokens
+            own = math.ceil((req.prompt_tokens - covered) / chunk)
+            ids = shared + list(range(next_id, next_id + own))
             next_id += own
             out.write(json.dumps({"timestamp": req.arrival_s, "input_length": req.prompt_tokens,
                                   "output_length": req.output_tokens, "hash_ids": ids}) + "\n")

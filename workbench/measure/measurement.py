@@ -131,7 +131,7 @@ def baseline_key(cfg: RunConfig, model_digest: str, suites: list[Suite], device:
         "engine_version": engine_version, "profile": cfg.profile, "seed": cfg.seed,
         "suites": {s.name: s.digest for s in suites}, "sampling": SAMPLING,
         "in_flight": facts.suite_in_flight,
-        "load": cfg.workload.model_dump(), "requests": [asdict(r) for r in requests],
+        "load": cfg.workload.model_dump(), "requests": [_request_key(r) for r in requests],
         # 5: the server facts comparability reads; 6: on a CPU the load test runs with the
         # engine and its client on separate cores (placement.py), so an unplaced cached
         # baseline's latency is not comparable with a placed candidate's
@@ -141,9 +141,20 @@ def baseline_key(cfg: RunConfig, model_digest: str, suites: list[Suite], device:
         **_device_key(facts),
         # further load profiles (load.also): absent when there are none, as before
         **({"further_load": {name: [cfg.load.profiles[name].model_dump(),
-                                    [asdict(r) for r in reqs]]
+                                    [_request_key(r) for r in reqs]]
                              for name, reqs in further.items()}} if further else {}),
     })
+
+
+def _request_key(r: Request) -> dict:
+    """A load request as the key holds it: a trace's shared chunks only where it has some,
+    so the keys of baselines measured before traces carried them stay valid."""
+    fields = asdict(r)
+    if not r.prefix_chunks:
+        del fields["prefix_chunks"]
+    else:
+        fields["prefix_chunks"] = list(r.prefix_chunks)
+    return fields
 
 
 def _device_key(facts: DeviceFacts) -> dict:

@@ -14,6 +14,7 @@ from workbench.loadtest.from_traffic import (
     answer_lengths,
     traffic_trace,
 )
+from workbench.loadtest.workload import trace_row
 from workbench.mechanisms.errors import InputError
 from workbench.mechanisms.jsonl import write_jsonl
 from workbench.suites.definition import load_suite
@@ -49,6 +50,5 @@ def write_traffic_trace(cfg: RunConfig, suite_name: str, out: Path, rate: float 
     trace = traffic_trace(shapes, suite.spec.max_tokens,
                           answer_lengths(answers) if answers else None, rate, seed)
     out.parent.mkdir(parents=True, exist_ok=True)
-    write_jsonl(out, ({"arrival_s": q.arrival_s, "prompt_tokens": q.prompt_tokens,
-                       "output_tokens": q.output_tokens} for q in trace.requests))
+    write_jsonl(out, (trace_row(q) for q in trace.requests))
     return trace
