@@ -181,7 +181,9 @@ def test_a_judge_whose_replies_cannot_be_read_counts_against_and_the_run_complet
     assert gates["traffic:my-traffic"]["status"] == "pass"  # the answers themselves agree
     assert same["judge"]["model"] == "rambler" and same["judge"]["no_verdict"] == 24
     assert same["judge"]["rubric_sha256"] == hashlib.sha256(rubric.encode()).hexdigest()
-    assert len(asked) == 48 and asked[0]["messages"][0]["content"] == rubric  # both orders
+    # both orders of the 24 answers, and first of the 15 labelled pairs it is checked on
+    assert len(asked) == 48 + 30 and asked[0]["messages"][0]["content"] == rubric
+    assert same["judge"]["labels"] == {"asked": 15, "healthy_preferred": 0, "no_verdict": 15}
     verdicts = next((tmp_path / "runs").glob("*-same/candidate/judge-my-traffic.jsonl"))
     assert MARKER not in verdicts.read_text() and KEY not in json.dumps(asked)
     # the stored run judged again, no engine and no judge: the judge's checks were kept

@@ -18,12 +18,18 @@ from workbench.config.judge import JudgeConfig
 from workbench.gate.evidence import Evidence
 from workbench.gate.gates import evaluate_gates
 from workbench.gate.traffic import pair_traffic
-from workbench.measure.judge import _judged
+from workbench.measure.judge import _judged, check_on_labels
 from workbench.mechanisms.errors import InfraError
 from workbench.suites.definition import load_suite
+from workbench.suites.judge_labels import HEALTH_LABELS, labelled_pairs
 from workbench.suites.results import ItemResult, SuiteResult, summarise
 from workbench.suites.scorers.answer_agreement import answer_checks
-from workbench.suites.scorers.judge import as_good, candidate_first, parse_verdict
+from workbench.suites.scorers.judge import (
+    as_good,
+    baseline_preferred,
+    candidate_first,
+    parse_verdict,
+)
 
 
 @pytest.mark.parametrize(("reply", "verdict"), [
@@ -54,11 +60,15 @@ def test_the_order_is_drawn_per_item_and_seeded() -> None:
 class Judge(BaseHTTPRequestHandler):
     reply = "I cannot decide."
     asked: list[dict] = []
+    # where set, the judge answers by it (the user turn's text -> its reply) instead
+    by_text: object = None
 
     def do_POST(self) -> None:  # noqa: N802 - http.server's name
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         Judge.asked.append(body)
-        data = json.dumps({"choices": [{"message": {"content": Judge.reply}}]}).encode()
+        reply = Judge.by_text(body["messages"][-1]["content"]) if callable(Judge.by_text) \
+            else Judge.reply
+        data = json.dumps({"choices": [{"message": {"content": reply}}]}).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
@@ -75,10 +85,11 @@ def judge_url() -> Iterator[str]:
     server.timeout = 10
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    Judge.asked = []
+    Judge.asked, Judge.by_text = [], None
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}"
     finally:
+        Judge.by_text = None
         server.shutdown()
         server.server_close()
         thread.join(timeout=10)
@@ -148,3 +159,66 @@ def test_an_unreachable_judge_is_an_infrastructure_failure(tmp_path: Path) -> No
     with pytest.raises(InfraError, match="could not be reached"):
         _judged(JudgeConfig(url="http://127.0.0.1:9", model="j", rubric="r", timeout_s=5),
                 "rubric", 0, {i.id: i for i in suite.items}, base, base)
+
+
+def test_baseline_preferred_needs_the_baseline_picked_in_every_order() -> None:
+    assert baseline_preferred([("2", True), ("1", False)]) is True  # the baseline both ways
+    assert baseline_preferred([("1", True), ("1", False)]) is False  # by position only
+    assert baseline_preferred([("tie", True), ("1", False)]) is False  # a tie is not enough
+    assert baseline_preferred([("2", True), (None, False)]) is None
+    assert baseline_preferred([]) is None
+
+
+def test_the_labelled_pairs_are_a_healthy_and_a_broken_answer_to_one_safe_prompt() -> None:
+    rows = {r["id"]: r for r in map(json.loads, HEALTH_LABELS.read_text().splitlines())}
+    pairs = labelled_pairs()
+    assert len(pairs) == 15  # every such pair in the set, AdvBench's left out
+    for pair in pairs:
+        healthy, broken = (rows[i] for i in pair.id.split(" | "))
+        assert healthy["health"] == "ok" and broken["health"] != "ok"
+        assert (healthy["suite"], healthy["item"]) == (broken["suite"], broken["item"])
+        assert (pair.healthy, pair.broken) == (healthy["response"], broken["response"])
+        item = next(i for i in load_suite(healthy["suite"]).items if i.id == healthy["item"])
+        assert pair.prompt == item.prompt and item.answer != "refuse"
+    assert not any("advbench" in p.id for p in pairs)
+
+
+def test_a_judge_is_checked_on_the_labelled_pairs_in_both_orders(judge_url: str) -> None:
+    pairs = labelled_pairs()
+    healthy = {p.healthy for p in pairs}
+
+    def reads_health(text: str) -> str:  # a judge that knows which answer is healthy
+        first = text.split("Answer 1:\n", 1)[1].split("\n\nAnswer 2:\n", 1)[0]
+        return "1" if first in healthy else "2"
+
+    judge = JudgeConfig(url=judge_url, model="j", rubric="r")
+    Judge.by_text = reads_health
+    fit = check_on_labels(judge, "rubric", 0)
+    assert len(Judge.asked) == 2 * len(pairs)
+    assert (fit.asked, fit.healthy_preferred, fit.no_verdict) == (len(pairs), len(pairs), 0)
+    Judge.by_text = lambda text: "1"  # always the answer shown first: right in one order
+    assert check_on_labels(judge, "rubric", 0).healthy_preferred == 0
+    Judge.by_text = None  # rambles
+    rambler = check_on_labels(judge, "rubric", 0)
+    assert rambler.healthy_preferred == 0 and rambler.no_verdict == len(pairs)
+
+
+def test_the_records_judge_section_says_how_the_judge_did_on_the_labels() -> None:
+    import dataclasses
+
+    import jsonschema
+
+    from workbench.measure.judge import JudgeRun, LabelCheck
+    from workbench.record.sections import judge_json
+
+    run = JudgeRun("j", "http://127.0.0.1:9", "0" * 64, True, asked=10, as_good=8,
+                   no_verdict=1, labels=LabelCheck(asked=15, healthy_preferred=14, no_verdict=1))
+    section = judge_json(run)
+    assert section["labels"] == {"asked": 15, "healthy_preferred": 14, "no_verdict": 1}
+    schema = json.loads((Path(__file__).parents[2] / "workbench" / "record"
+                         / "decision-v15.schema.json").read_text())
+    judge_schema = {**schema["$defs"]["JudgeJson"], "$defs": schema["$defs"]}
+    jsonschema.validate(section, judge_schema)
+    unchecked = judge_json(dataclasses.replace(run, labels=None))
+    assert "labels" not in unchecked  # judge.check_labels off: as records before it
+    jsonschema.validate(unchecked, judge_schema)

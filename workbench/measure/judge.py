@@ -20,16 +20,27 @@ from workbench.mechanisms.files import read_text, write_json
 from workbench.mechanisms.jsonl import write_jsonl
 from workbench.suites.definition import Suite, SuiteItem
 from workbench.suites.judge_ask import ask_judge
+from workbench.suites.judge_labels import labelled_pairs
 from workbench.suites.results import ItemResult, SuiteResult, check_means
 from workbench.suites.scorers.judge import (
     as_good,
+    baseline_preferred,
     candidate_first,
     judge_messages,
     parse_verdict,
 )
 from workbench.suites.traffic import redact_secrets
 
-__all__ = ["JudgeRun", "judge_pair"]
+__all__ = ["JudgeRun", "LabelCheck", "check_on_labels", "judge_pair"]
+
+
+@dataclass(frozen=True)
+class LabelCheck:
+    """How the judge did on pairs of a healthy and a broken answer to one prompt."""
+
+    asked: int
+    healthy_preferred: int  # in every order it was shown
+    no_verdict: int
 
 
 @dataclass(frozen=True)
@@ -43,6 +54,8 @@ class JudgeRun:
     asked: int  # requests put to it
     as_good: int
     no_verdict: int
+    # the labelled pairs put to it first (suites/judge_labels.py), where judge.check_labels
+    labels: LabelCheck | None = None
 
 
 def _redacted(messages: tuple[dict, ...]) -> list[dict]:
@@ -89,6 +102,26 @@ def _judged(judge: JudgeConfig, rubric: str, seed: int, items: dict[str, SuiteIt
     return out, rows
 
 
+def check_on_labels(judge: JudgeConfig, rubric: str, seed: int) -> LabelCheck:
+    """The labelled pairs put to the judge, the broken answer in the candidate's place: a
+    judge fit for the traffic prefers the healthy one in every order."""
+    pairs = labelled_pairs()
+    chats, where = [], []
+    for pair in pairs:
+        for broken_first in _orders(judge, seed, pair.id):
+            first, second = (pair.broken, pair.healthy) if broken_first \
+                else (pair.healthy, pair.broken)
+            chats.append(judge_messages(rubric, [{"role": "user", "content": pair.prompt}],
+                                        first, second))
+            where.append((pair.id, broken_first))
+    verdicts: dict[str, list[tuple[str | None, bool]]] = {}
+    for (pair_id, broken_first), reply in zip(where, ask_judge(judge, chats), strict=True):
+        verdicts.setdefault(pair_id, []).append((parse_verdict(reply), broken_first))
+    said = [baseline_preferred(v) for v in verdicts.values()]
+    return LabelCheck(asked=len(said), healthy_preferred=sum(s is True for s in said),
+                      no_verdict=sum(s is None for s in said))
+
+
 def judge_pair(pair: MeasuredPair, suites: list[Suite], judge: JudgeConfig | None,
                rubric_path: Path, seed: int, run_dir: Path, console: Console
                ) -> tuple[MeasuredPair, JudgeRun | None]:
@@ -99,6 +132,7 @@ def judge_pair(pair: MeasuredPair, suites: list[Suite], judge: JudgeConfig | Non
     if judge is None or not traffic:
         return pair, None
     rubric = read_text(rubric_path)
+    labels = check_on_labels(judge, rubric, seed) if judge.check_labels else None
     judged = dict(pair.candidate.suites)
     counts = [0, 0, 0]
     for suite in traffic:
@@ -116,11 +150,24 @@ def judge_pair(pair: MeasuredPair, suites: list[Suite], judge: JudgeConfig | Non
         counts = [counts[0] + len(rows), counts[1] + sum(r["as_good"] == 1.0 for r in rows),
                   counts[2] + sum(r["as_good"] is None for r in rows)]
     run = JudgeRun(judge.model, judge.url, hashlib.sha256(rubric.encode()).hexdigest(),
-                   judge.both_orders, *counts)
+                   judge.both_orders, asked=counts[0], as_good=counts[1],
+                   no_verdict=counts[2], labels=labels)
     write_json(run_dir / "judge.json", asdict(run))
     candidate = replace(pair.candidate, suites=judged)
     # what `workbench gate` reads again: the measurement with the judge's checks in it
     write_json(run_dir / "candidate" / MEASUREMENT_FILE, candidate.to_dict())
     console.print(f"[bold]judge[/] {judge.model}: {run.as_good} of {run.asked} answers as good "
                   f"as the baseline's, {run.no_verdict} without a verdict (counted against)")
+    if labels is not None:
+        _say_labels(labels, console)
     return replace(pair, candidate=candidate), run
+
+
+def _say_labels(labels: LabelCheck, console: Console) -> None:
+    weak = labels.healthy_preferred < labels.asked
+    console.print(f"  {'[yellow]![/]' if weak else '[green]✓[/]'} on the labelled pairs "
+                  f"(eval_suites/health-labels) it preferred the healthy answer to the broken "
+                  f"one in {labels.healthy_preferred} of {labels.asked}, "
+                  f"{labels.no_verdict} without a verdict"
+                  + ("; its verdicts on the traffic are the weaker evidence for it" if weak
+                     else ""))

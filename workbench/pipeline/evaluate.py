@@ -40,7 +40,7 @@ from workbench.plan.plan import Outputs, Plan, plan
 from workbench.record.build import build_record
 from workbench.record.decision import DecisionRecord
 from workbench.record.render import print_decision, write_record
-from workbench.record.sections import JudgeJson
+from workbench.record.sections import judge_json
 from workbench.record.store import POLICY_FILE, keep_first_look
 from workbench.suites.results import SuiteResult
 from workbench.tracking.run_log import (
@@ -161,10 +161,7 @@ def _judge_and_record(p: Plan, pair: MeasuredPair, run_dir: Path, tracker: Track
                        fidelity, p.device, run_dir, p.cfg.seed, looks,
                        dense.not_own if dense else None)
         rec = build_record(p, pair, report, fidelity, run_dir, mlflow_section(tracker))
-        rec.judge = None if judged is None else JudgeJson(
-            model=judged.model, url=judged.url, rubric_sha256=judged.rubric_sha256,
-            both_orders=judged.both_orders, asked=judged.asked, as_good=judged.as_good,
-            no_verdict=judged.no_verdict)
+        rec.judge = None if judged is None else judge_json(judged)
         write_record(run_dir, rec)
         _write_timing(run_dir)
     return rec

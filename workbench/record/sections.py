@@ -20,15 +20,16 @@ from workbench.gate.paired import SliceComparison
 from workbench.gate.verdict import Flips, PolicySection
 from workbench.loadtest.headroom import Headroom
 from workbench.loadtest.results import LoadResult
+from workbench.measure.judge import JudgeRun
 from workbench.quantize.formats import ServedFormat
 from workbench.suites.scorers.fidelity import FidelityResult
 
 __all__ = ["CHALLENGER", "CHAMPION", "PREVIOUS_CHAMPION", "AcceleratorJson", "BatchingJson",
            "CostSection", "DeviceSection", "EarlyStopJson", "EndpointSection", "EngineSection",
-           "FidelityJson",
-           "GpuEntry", "GpusSection", "HeadroomJson", "LoadJson", "MlflowSection",
-           "ModelSection", "PolicySection", "QuantizationSection", "Registry", "ReplicaShape",
-           "RolloutField", "RolloutSection", "ServedDenseJson", "SuitePair", "json_form"]
+           "FidelityJson", "GpuEntry", "GpusSection", "HeadroomJson", "JudgeJson",
+           "JudgeLabelsJson", "LoadJson", "MlflowSection", "ModelSection", "PolicySection",
+           "QuantizationSection", "Registry", "ReplicaShape", "RolloutField", "RolloutSection",
+           "ServedDenseJson", "SuitePair", "json_form", "judge_json"]
 
 
 def json_form(kind: type) -> Any:
@@ -139,6 +140,27 @@ class JudgeJson(TypedDict):
     asked: int
     as_good: int
     no_verdict: int  # replies it could not read: counted against the candidate
+    # the labelled pairs it was checked on first (a healthy and a broken answer to one
+    # prompt, eval_suites/health-labels); absent where judge.check_labels was off
+    labels: NotRequired[JudgeLabelsJson]
+
+
+class JudgeLabelsJson(TypedDict):
+    asked: int
+    healthy_preferred: int  # in every order it was shown
+    no_verdict: int
+
+
+def judge_json(run: JudgeRun) -> JudgeJson:
+    """The record's judge section from the judge stage's result."""
+    section = JudgeJson(model=run.model, url=run.url, rubric_sha256=run.rubric_sha256,
+                        both_orders=run.both_orders, asked=run.asked, as_good=run.as_good,
+                        no_verdict=run.no_verdict)
+    if run.labels is not None:
+        section["labels"] = JudgeLabelsJson(asked=run.labels.asked,
+                                            healthy_preferred=run.labels.healthy_preferred,
+                                            no_verdict=run.labels.no_verdict)
+    return section
 
 
 class SliceScore(TypedDict):

@@ -51,3 +51,13 @@ def as_good(verdicts: Sequence[tuple[str | None, bool]]) -> float | None:
         return None
     worse = [v == ("2" if first else "1") for v, first in verdicts]
     return 0.0 if any(worse) else 1.0
+
+
+def baseline_preferred(verdicts: Sequence[tuple[str | None, bool]]) -> bool | None:
+    """Whether every order picked the baseline's answer as the better one (not a tie): how
+    a labelled pair whose baseline is the healthy answer checks a judge (judge_labels.py);
+    a judge that always names one position is then right in one order only. None where any
+    order got no readable reply."""
+    if not verdicts or any(v is None for v, _ in verdicts):
+        return None
+    return all(v == ("2" if first else "1") for v, first in verdicts)
