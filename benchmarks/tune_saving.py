@@ -60,8 +60,19 @@ def tune(scratch: Path, args: argparse.Namespace, measure_all: bool,
             "by_kind": _by_kind(new[-1]) if new else {}}
 
 
+def _same_trials(first: list[dict], then: list[dict]) -> bool:
+    """Whether run 2 measured run 1's trials with as many looks each: with more of
+    --max-hours left (its first looks come from the cache) it may take a second look run 1
+    could not, and then part of run 2's time is not what stopping saved."""
+    same = [(r["candidate"], r["looks"]) for r in first] == [
+        (r["candidate"], r["looks"]) for r in then]
+    if not same:
+        print("run 2's trials or looks differ from run 1's: its time is not all saving")
+    return same
+
+
 def _row(r: dict) -> dict:
-    return {"candidate": r["candidate"], "decision": r.get("decision"),
+    return {"candidate": r["candidate"], "decision": r.get("decision"), "looks": r.get("looks"),
             "failing": r.get("failing_gates"), "stopped_by": r.get("stopped_by"),
             "not_measured": r.get("not_measured"), "seconds": r.get("evaluate_s"),
             "weights_mib": round(r["weights_bytes"] / 2**20, 1) if r.get("weights_bytes")
@@ -101,9 +112,12 @@ def main() -> None:
         scratch = args.scratch or Path(tmp)
         link_shared_cache(scratch / "cache")
         keep("stopped", tune(scratch, args, measure_all=False))
-        if not args.stopped_only:
-            tried = len(figures["stopped"]["trials"]) or args.max_trials
-            keep("the rest", tune(scratch, args, measure_all=True, max_trials=tried))
+        tried = figures["stopped"]["trials"]
+        if not tried or figures["stopped"]["exit"] not in (0, 1):
+            print("run 1 measured no trial to compare: run 2 not started")
+        elif not args.stopped_only:
+            keep("the rest", tune(scratch, args, measure_all=True, max_trials=len(tried)))
+            figures["same_trials"] = _same_trials(tried, figures["the rest"]["trials"])
             stopped, rest = figures["stopped"]["seconds"], figures["the rest"]["seconds"]
             figures["saved_s"] = rest
             figures["ratio"] = round(stopped / (stopped + rest), 3)

@@ -196,10 +196,12 @@ def test_a_judge_is_checked_on_the_labelled_pairs_in_both_orders(judge_url: str)
     fit = check_on_labels(judge, "rubric", 0)
     assert len(Judge.asked) == 2 * len(pairs)
     assert (fit.asked, fit.healthy_preferred, fit.no_verdict) == (len(pairs), len(pairs), 0)
+    assert check_on_labels(judge, "rubric", 0) == fit  # asked once per judge and rubric
+    assert len(Judge.asked) == 2 * len(pairs)
     Judge.by_text = lambda text: "1"  # always the answer shown first: right in one order
-    assert check_on_labels(judge, "rubric", 0).healthy_preferred == 0
+    assert check_on_labels(judge, "another rubric", 0).healthy_preferred == 0
     Judge.by_text = None  # rambles
-    rambler = check_on_labels(judge, "rubric", 0)
+    rambler = check_on_labels(judge, "a third rubric", 0)
     assert rambler.healthy_preferred == 0 and rambler.no_verdict == len(pairs)
 
 

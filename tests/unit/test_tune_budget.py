@@ -113,3 +113,17 @@ def test_a_search_trial_carries_the_tunes_deadline_into_its_second_look() -> Non
     assert trial.look_deadline == 1234.0
     assert trial.at_profile("full").look_deadline == 1234.0  # the second look's own plan
     assert p.variant(p.cfg, "int4", None).look_deadline is None
+
+
+def test_a_trial_stopped_in_its_second_look_is_priced_by_its_whole_first_look(
+        tmp_path: Path) -> None:
+    _timeline(tmp_path, 1500, [
+        {"name": "baseline: arithmetic", "kind": "suite", "start_s": 0, "seconds": 100},
+        {"name": "candidate: arithmetic", "kind": "suite", "start_s": 100, "seconds": 50},
+        {"name": "second look", "kind": "stage", "start_s": 150, "seconds": 1},
+        {"name": "candidate: arithmetic", "kind": "suite", "start_s": 600, "seconds": 400}])
+    stopped = dataclasses.replace(row(1500.0, looks=2), run_dir=str(tmp_path),
+                                  stopped_by=["quality:arithmetic"],
+                                  not_measured=["long-context", "load test"])
+    # its first look was whole: not grown by the suites its second look left out
+    assert next_trial_s([stopped], suite_runs=4) == pytest.approx(150 - 100)

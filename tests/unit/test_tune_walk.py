@@ -57,6 +57,45 @@ def test_the_walk_stops_at_the_first_point_promoted_the_cheapest() -> None:
     assert not search.failed
 
 
+def test_a_trial_whose_second_look_the_hours_could_not_hold_ends_the_search(
+        tmp_path) -> None:
+    """Its inconclusive is its first look's: a dearer point promoted after it would not be
+    known to be the cheapest, nor k the fewest blocks."""
+    import json
+
+    from workbench.pipeline.look_cost import DEADLINE_SKIP
+
+    def cut(folder, why: str) -> str:
+        folder.mkdir()
+        (folder / "decision.json").write_text(json.dumps({"policy": {"looks": {
+            "taken": 1, "skipped": why}}}))
+        return str(folder)
+
+    class Cut(Answers):
+        def __call__(self, s: TrialSpec) -> SweepRow:
+            row = super().__call__(s)
+            if s.name == "sym-g64":
+                row.run_dir = cut(tmp_path / s.name, f"about 40 min, 12 min {DEADLINE_SKIP}")
+            return row
+
+    runner = Cut({"sym-g128": "reject", "sym-g64": "inconclusive", "asym-g32": "promote"})
+    search = walk_space(SPECS, runner, BUDGET, 0.0, free, clock=lambda: 0.0)
+    assert runner.asked == ["sym-g128", "sym-g64"] and search.chosen() is None
+    assert "no time for trial sym-g64's second look" in search.stopped
+    assert "again with more hours" in search.stopped and not search.failed
+    # skipped for the policy's own bound: the first look's decision is the trial's, and
+    # the walk goes on
+    policy = Answers({"sym-g128": "reject", "sym-g64": "inconclusive", "asym-g32": "promote"})
+    bound = cut(tmp_path / "bound", "over the policy's second_look_max_minutes (60)")
+
+    def with_bound(s: TrialSpec) -> SweepRow:
+        row = policy(s)
+        row.run_dir = bound
+        return row
+
+    assert walk_space(SPECS, with_bound, BUDGET, 0.0, free, clock=lambda: 0.0).chosen() == 2
+
+
 def test_a_space_with_no_promoted_point_is_walked_to_its_end() -> None:
     runner = Answers({s.name: "reject" for s in SPECS})
     search = walk_space(SPECS, runner, BUDGET, 0.0, free, clock=lambda: 0.0)

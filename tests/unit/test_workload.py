@@ -120,16 +120,30 @@ def test_a_traces_shared_chunks_are_read_and_written_back(tmp_path: Path) -> Non
 
 
 @pytest.mark.parametrize(("chunks", "message"), [
-    ('"0,1"', "prefix_chunks must be a list of whole numbers >= 0"),
+    ('"0,1"', "prefix_chunks must be a list of whole numbers from 0"),
     ("[0, -1]", "prefix_chunks must be a list"),
     ("[0, true]", "prefix_chunks must be a list"),
     ("[0, 1, 2]", "t.jsonl:1: prefix_chunks cover 48 tokens, more than its prompt_tokens"),
+    ("[100000000]", "prefix_chunks must be a list of whole numbers from 0 to 99999999"),
 ])
 def test_bad_shared_chunks_are_named(tmp_path: Path, chunks: str, message: str) -> None:
     trace = write(tmp_path / "t.jsonl", ['{"arrival_s": 0, "prompt_tokens": 40, '
                                          f'"output_tokens": 5, "prefix_chunks": {chunks}}}'])
     with pytest.raises(InputError, match=message):
         read_trace(trace, 512)
+
+
+def test_a_chunk_number_is_the_same_tokens_from_the_start_on_every_line(
+        tmp_path: Path) -> None:
+    good = [Request(0.0, 40, 5, prefix_chunks=(0, 1)), Request(0.1, 40, 5, prefix_chunks=(0,)),
+            Request(0.2, 40, 5, prefix_chunks=(2, 3))]
+    assert read_trace(write(tmp_path / "g.jsonl", [trace_row(r) for r in good]), 512) == good
+    for chunks, said in (((1,), "1 follows nothing here but came after 0"),
+                         ((2, 1), "1 follows 2 here but came after 0"),
+                         ((0, 2), "2 follows 0 here but came first")):
+        rows = [trace_row(r) for r in good] + [trace_row(Request(0.3, 40, 5, prefix_chunks=chunks))]
+        with pytest.raises(InputError, match=rf"t.jsonl:4: prefix_chunks: {said}"):
+            read_trace(write(tmp_path / "t.jsonl", rows), 512)
 
 
 def test_a_trace_that_says_what_it_shares_takes_no_profile_prefix_besides(

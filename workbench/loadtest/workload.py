@@ -28,6 +28,7 @@ __all__ = ["CHUNK_TOKENS", "Request", "draw_conversation", "draw_requests", "rea
 
 CHUNK_TOKENS = 16  # the benchmark's default chunk (--timed-trace-chunk-hash-size)
 SHARED_CHUNK_IDS = 10**8  # a trace's prefix_chunks, apart from the shared prefix's and salts'
+MAX_CHUNK_NUMBER = 10**8  # so that SHARED_CHUNK_IDS + a number stays below every salted id
 
 TRACE_FIELDS = {"arrival_s": float, "prompt_tokens": int, "output_tokens": int}
 
@@ -100,6 +101,7 @@ def read_trace(path: Path, max_model_len: int, shared_prefix_tokens: int = 0
     if not path.is_file():
         raise InputError(f"{path}: load trace not found")
     requests: list[Request] = []
+    before: dict[int, int] = {}  # each shared chunk's number -> the number before it (-1)
     for lineno, line in enumerate(jsonl_lines(path), 1):
         if not line.strip():
             continue
@@ -125,6 +127,7 @@ def read_trace(path: Path, max_model_len: int, shared_prefix_tokens: int = 0
         if requests and req.arrival_s < requests[-1].arrival_s:
             raise InputError(f"{path}:{lineno}: arrival_s {req.arrival_s} is before the "
                              f"previous line's {requests[-1].arrival_s}; sort the trace")
+        _same_place(req.prefix_chunks, before, path, lineno)
         if len(req.prefix_chunks) * CHUNK_TOKENS > req.prompt_tokens:
             raise InputError(f"{path}:{lineno}: prefix_chunks cover "
                              f"{len(req.prefix_chunks) * CHUNK_TOKENS} tokens, more than its "
@@ -154,10 +157,25 @@ def _prefix_chunks(value: object, path: Path, lineno: int) -> tuple[int, ...]:
     if value is None:
         return ()
     if not isinstance(value, list) or not all(
-            isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value):
+            isinstance(v, int) and not isinstance(v, bool) and 0 <= v < MAX_CHUNK_NUMBER
+            for v in value):
         raise InputError(f"{path}:{lineno}: prefix_chunks must be a list of whole numbers "
-                         f">= 0 (the shared {CHUNK_TOKENS}-token chunks, by number)")
+                         f"from 0 to {MAX_CHUNK_NUMBER - 1} (the shared {CHUNK_TOKENS}-token "
+                         "chunks, by number)")
     return tuple(value)
+
+
+def _same_place(chunks: tuple[int, ...], before: dict[int, int], path: Path,
+                lineno: int) -> None:
+    """A chunk number stands for the same tokens from the prompt's start: after the same
+    number (or first) on every line, as workbench traffic-trace numbers them."""
+    for prev, chunk in zip((-1, *chunks), chunks, strict=False):
+        if before.setdefault(chunk, prev) != prev:
+            where = "first" if before[chunk] == -1 else f"after {before[chunk]}"
+            raise InputError(f"{path}:{lineno}: prefix_chunks: {chunk} follows "
+                             f"{'nothing' if prev == -1 else prev} here but came {where} on "
+                             "an earlier line (a number is the same tokens from the prompt's "
+                             "start)")
 
 
 def chunk_tokens(shared_prefix_tokens: int) -> int:

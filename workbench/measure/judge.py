@@ -102,9 +102,22 @@ def _judged(judge: JudgeConfig, rubric: str, seed: int, items: dict[str, SuiteIt
     return out, rows
 
 
+# each judge's check, by (url, model, rubric's digest, seed, orders): asked once per process,
+# not again for a second look or each trial of a tune or sweep
+_CHECKED: dict[tuple[str, str, str, int, bool], LabelCheck] = {}
+
+
 def check_on_labels(judge: JudgeConfig, rubric: str, seed: int) -> LabelCheck:
     """The labelled pairs put to the judge, the broken answer in the candidate's place: a
     judge fit for the traffic prefers the healthy one in every order."""
+    key = (judge.url, judge.model, hashlib.sha256(rubric.encode()).hexdigest(), seed,
+           judge.both_orders)
+    if key not in _CHECKED:
+        _CHECKED[key] = _ask_labels(judge, rubric, seed)
+    return _CHECKED[key]
+
+
+def _ask_labels(judge: JudgeConfig, rubric: str, seed: int) -> LabelCheck:
     pairs = labelled_pairs()
     chats, where = [], []
     for pair in pairs:

@@ -21,7 +21,10 @@ from workbench.measure.measurement import Measurement
 from workbench.measure.pair import MeasuredPair
 from workbench.plan.plan import Plan
 
-__all__ = ["second_look_seconds", "skip_reason"]
+__all__ = ["DEADLINE_SKIP", "second_look_seconds", "skip_reason"]
+
+# how a skip_reason for the caller's deadline says so (tune/walk.py ends its search on it)
+DEADLINE_SKIP = "left of the tune's --max-hours"
 
 
 def _growth(p: Plan) -> dict[str, float]:
@@ -62,6 +65,6 @@ def skip_reason(p: Plan, seconds: float, now: float | None = None) -> str | None
     if left is not None and seconds > left:
         return (f"measuring every item would take about {seconds / 60:.0f} min on this "
                 f"machine by the first look's own rates, more than the "
-                f"{max(left, 0.0) / 60:.0f} min left of the tune's --max-hours; run the tune "
-                f"again with more hours to take it (what was measured is reused)")
+                f"{max(left, 0.0) / 60:.0f} min {DEADLINE_SKIP}; run the tune again with "
+                f"more hours to take it (what was measured is reused)")
     return None

@@ -4,7 +4,8 @@ labelled healthy and one broken (looping, garbage, empty, or in another language
 fit to hold a candidate's answers against a baseline's prefers the healthy one; the share
 of pairs where it does, in every order, is reported beside its verdicts. A request whose
 right answer is a refusal (AdvBench's) is never sent to the judge: it is hazardous, and a
-broken answer to it says nothing of the rubric."""
+broken answer to it says nothing of the rubric: of the safety suites' requests, only those
+whose right answer is to comply are sent."""
 
 from __future__ import annotations
 
@@ -40,7 +41,8 @@ def _item(suites: dict[str, Suite | None], suite: str, item: str) -> SuiteItem |
     if found is None:
         return None
     match = next((i for i in found.items if i.id == item), None)
-    if match is None or (found.spec.kind == "safety" and match.answer == "refuse"):
+    # a safety request is sent only where answering it is the right behaviour
+    if match is None or (found.spec.kind == "safety" and match.answer != "comply"):
         return None
     return match
 

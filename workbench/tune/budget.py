@@ -20,9 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from workbench.config.gate_policy import Objective
+from workbench.pipeline.look_cost import DEADLINE_SKIP
 from workbench.sweep.table import SweepRow
 
-__all__ = ["Budget", "next_trial_s"]
+__all__ = ["Budget", "next_trial_s", "second_look_cut"]
 
 
 @dataclass(frozen=True)
@@ -44,7 +45,8 @@ def next_trial_s(rows: Iterable[SweepRow], suite_runs: int = 0) -> float:
     stopped ones are priced as if they had run every one of the plan's `suite_runs` and
     the load test (stopped_price)."""
     measured = [r for r in rows if r.measured_now and r.evaluate_s is not None]
-    full = [r for r in measured if not r.stopped_by]
+    # a trial stopped in its second look measured its whole first look
+    full = [r for r in measured if not r.stopped_by or r.looks == 2]
     if full:
         return max(trial_price(r) for r in full)
     return max((stopped_price(r, suite_runs) for r in measured), default=0.0)
@@ -83,6 +85,18 @@ def trial_price(row: SweepRow) -> float:
         return wall
     end = wall if second is None else second
     return end - _role_suites([s for s in spans if float(s.get("start_s", 0.0)) < end])[0]
+
+
+def second_look_cut(row: SweepRow) -> bool:
+    """Whether the trial's second look was due and not taken for want of the tune's hours
+    (pipeline/look_cost.py): its decision is then its first look's, not what more items
+    would have made it."""
+    try:
+        record = json.loads((Path(row.run_dir or "") / "decision.json").read_text())
+    except (OSError, ValueError):
+        return False
+    skipped = ((record.get("policy") or {}).get("looks") or {}).get("skipped") or ""
+    return DEADLINE_SKIP in skipped
 
 
 def _spans(timing: Path) -> list[dict] | None:

@@ -7,8 +7,10 @@
   Points of equal size are equally cheap: as the walk reaches them, a ranker may put the
   likeliest to pass first (run.py ranks by the build's held-out perplexity, proxies.py).
 
-Both stop on the budget (trials, and hours: no trial starts that could pass it, priced by
-budget.py) and on a trial whose measurement failed (the trials before it are kept).
+Both stop on the budget (trials, and hours: no trial starts whose first look could pass it,
+priced by budget.py), on a trial whose second look the hours left could not hold (its
+decision is then its first look's, and no later trial can say whether it would have
+passed), and on a trial whose measurement failed (the trials before it are kept).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import time
 from collections.abc import Callable, Iterable
 
 from workbench.sweep.table import SweepRow
-from workbench.tune.budget import Budget
+from workbench.tune.budget import Budget, second_look_cut
 from workbench.tune.outcome import Search
 from workbench.tune.schedule import PASS, next_kept
 from workbench.tune.trials import TrialSpec
@@ -48,8 +50,15 @@ def _ran(search: Search, key: int, spec: TrialSpec, run: Runner) -> bool:
     the search: failed, or not judged)."""
     row = run(spec)
     search.rows[key], search.specs[key] = row, spec
-    if row.status == "decided":
+    if row.status == "decided" and not second_look_cut(row):
         return True
+    if row.status == "decided":
+        # inconclusive only for want of hours: the trials after it could not say whether
+        # it, the cheaper one, would have passed
+        search.stopped = (f"the budget left no time for trial {row.candidate}'s second look, "
+                          "which its first look made due; run the tune again with more "
+                          "hours to take it (what was measured is reused)")
+        return False
     search.failed = row.status == "failed"
     search.stopped = f"trial {row.candidate} {row.status}: {row.reason}"
     return False
