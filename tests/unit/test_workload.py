@@ -199,3 +199,16 @@ def test_naming_a_mode_replaces_the_builtin_one(tmp_path: Path) -> None:
     (tmp_path / "c.yaml").write_text(text)
     batch = load_config(tmp_path / "c.yaml").with_load_profile("batch").workload
     assert batch.mode == "concurrency" and batch.request_rate is None
+
+
+def test_the_workload_says_what_a_traces_requests_share() -> None:
+    from workbench.config.run_config import LoadProfile
+    from workbench.loadtest.results import workload_summary
+
+    profile = LoadProfile(trace="t.jsonl")
+    shared = workload_summary(profile, [Request(0.0, 40, 5, prefix_chunks=(0, 1)),
+                                        Request(0.5, 40, 5, prefix_chunks=(0,)),
+                                        Request(0.9, 40, 5)])
+    assert (shared["requests_sharing_a_prefix"], shared["shared_chunk_tokens"]) == (2, 48)
+    plain = workload_summary(profile, [Request(0.0, 40, 5)])
+    assert "requests_sharing_a_prefix" not in plain  # as every workload before

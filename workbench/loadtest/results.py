@@ -22,7 +22,7 @@ from workbench.loadtest.level import (
     MeanAgreement,
     SLOFigures,
 )
-from workbench.loadtest.workload import Request
+from workbench.loadtest.workload import CHUNK_TOKENS, Request
 
 __all__ = ["AGREEMENT_FLOOR_MS", "AGREEMENT_TOLERANCE", "BOUNDARY", "PERCENTILES",
            "PROMPT_BUCKETS", "SERVER_BOUNDARY", "SKIPPED", "Agreement", "GeneratorCeiling",
@@ -70,6 +70,10 @@ class Workload(TypedDict, total=False):
     conversations: int  # multi-turn: requests_per_level counts their turns
     turns: int
     think_time_s: float
+    # a trace whose lines say what they share (prefix_chunks): the requests that open with
+    # a chunk another request opens with, and the tokens of those chunks over all of them
+    requests_sharing_a_prefix: int
+    shared_chunk_tokens: int
 
 
 class GeneratorCeiling(TypedDict, total=False):
@@ -368,7 +372,16 @@ def workload_summary(profile: LoadProfile, requests: list[Request]) -> Workload:
             "shared_prefix_tokens": profile.shared_prefix_tokens,
             "longest_request_tokens": max(r.prompt_tokens + r.output_tokens for r in requests),
             "trace_span_s": requests[-1].arrival_s if profile.mode == "trace" else None,
-            "warmup_requests": profile.warmup_prompts, **_conversations(profile, requests)}
+            "warmup_requests": profile.warmup_prompts, **_conversations(profile, requests),
+            **_shared_chunks(requests)}
+
+
+def _shared_chunks(requests: list[Request]) -> dict:
+    sharing = [r for r in requests if r.prefix_chunks]
+    if not sharing:
+        return {}
+    return {"requests_sharing_a_prefix": len(sharing),
+            "shared_chunk_tokens": CHUNK_TOKENS * sum(len(r.prefix_chunks) for r in sharing)}
 
 
 def _conversations(profile: LoadProfile, requests: list[Request]) -> dict:
