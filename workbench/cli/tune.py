@@ -25,8 +25,8 @@ __all__ = ["tune"]
 @click.option("--max-trials", type=int, default=6, show_default=True,
               help="At most this many trials (each a candidate built and evaluated).")
 @click.option("--max-hours", type=float, default=2.0, show_default=True,
-              help="Start no trial that could end past this (each priced at its worst "
-                   "case, a second look).")
+              help="Start no trial whose first look could end past this (priced at the "
+                   "dearest so far), and take no second look that would.")
 @click.option("--objective", type=click.Choice(get_args(Objective)), default="weights",
               show_default=True, help="What 'cheapest' means among the trials promoted: "
               "weights on disk, $ per million output tokens at the SLO, throughput there, "
