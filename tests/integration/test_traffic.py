@@ -37,11 +37,12 @@ def requests() -> list[dict]:
     return rows
 
 
-def traffic_suite(folder: Path) -> Path:
+def traffic_suite(folder: Path, store_responses: bool = True) -> Path:
     folder.mkdir()
     (folder / "suite.yaml").write_text("name: my-traffic\nversion: '1'\nkind: traffic\n"
                                        "scoring: agreement\ndata: requests.jsonl\n"
-                                       "max_tokens: 48\n")
+                                       "max_tokens: 48\n"
+                                       + ("" if store_responses else "store_responses: false\n"))
     (folder / "requests.jsonl").write_text("".join(json.dumps(r) + "\n" for r in requests()))
     (folder / "SOURCE.md").write_text("Written for this test.\n")
     (folder / "LICENSE").write_text("CC0-1.0\n")
@@ -83,7 +84,8 @@ def test_own_traffic_passes_an_aa_and_fails_a_looping_model_and_keeps_prompts_pr
     (tmp_path / "gates.yaml").write_text(GATES)
     config = tmp_path / "traffic.yaml"
     config.write_text(CONFIG.format(talking=talking, looping=looping, repo=REPO,
-                                    traffic=traffic_suite(tmp_path / "my-traffic")))
+                                    traffic=traffic_suite(tmp_path / "my-traffic",
+                                                          store_responses=False)))
     outputs = []
     for candidate in ("same", "looping"):
         run = workbench("evaluate", "--candidate", candidate, "--config", str(config),
@@ -119,6 +121,19 @@ def test_own_traffic_passes_an_aa_and_fails_a_looping_model_and_keeps_prompts_pr
         assert MARKER.encode() not in data and KEY.encode() not in data, path
     for out in outputs:
         assert MARKER not in out and KEY not in out
+    # store_responses: false: the answers stay in the run folder; MLflow's copy of each
+    # per-item file and measurement holds their hashes and lengths
+    kept = [p for p in written if p.name == "items-my-traffic.jsonl" and "runs" in p.parts]
+    logged = [p for p in written if p.name in ("items-my-traffic.jsonl", "measurement.json")
+              and "runs" not in p.parts]
+    assert kept and logged, [str(p) for p in written][:20]
+    assert all('"response": ' in p.read_text() for p in kept)
+    for path in logged:
+        rows = json.loads(path.read_text())["suites"]["my-traffic"]["items"] \
+            if path.name == "measurement.json" else \
+            [json.loads(line) for line in path.read_text().splitlines()]
+        assert rows and all("response" not in r and len(r["response_sha256"]) == 64
+                            for r in rows), path
 
 
 def record(tmp_path: Path, candidate: str) -> dict:

@@ -50,6 +50,7 @@ from workbench.tracking.run_log import (
     tracker_for,
     tracking_line,
 )
+from workbench.tracking.shared_copy import private_runs, shareable
 from workbench.tracking.tracker import Tracker
 
 __all__ = ["evaluate_planned", "measure_planned", "run_evaluate"]
@@ -268,8 +269,9 @@ def _evaluate(p: Plan, run_dir: Path, console: Console, remeasure: bool,
                         [(s.name, s.path, s.digest) for s in p.suites])
         finally:
             _write_timing(run_dir)  # a failed run's too: where its time went
-            with span("MLflow: artifacts", "log"):
-                tracker.log_artifacts(run_dir)  # partial results too, when a stage failed
+            with span("MLflow: artifacts", "log"), \
+                    shareable(run_dir, private_runs(p.suites)) as shared:
+                tracker.log_artifacts(shared)  # partial results too, when a stage failed
     rec.mlflow.update(tracker.status())
     write_record(run_dir, rec)
     _write_timing(run_dir)

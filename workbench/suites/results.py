@@ -4,6 +4,7 @@ its generation health and checks), and the suite's accuracy, slices and metrics.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import re
 from collections import defaultdict
@@ -14,7 +15,7 @@ from workbench.suites.definition import Suite
 from workbench.suites.scorers.choice import expected_calibration_error
 
 __all__ = ["ITEM_CHECKS", "SCORING_VERSION", "ItemResult", "SuiteResult", "check_means",
-           "score_response", "summarise"]
+           "score_response", "summarise", "without_answers"]
 
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 
@@ -87,6 +88,18 @@ class SuiteResult:
             data = {**data, "generates": data.get("kind") != "fidelity"
                     and not any(i.choice_probs for i in items)}
         return cls(**{**data, "items": items})
+
+
+def without_answers(row: dict) -> dict:
+    """An item as a copy shared beyond this machine holds it where its suite keeps no
+    responses (store_responses: false): each answer's SHA-256 and length, not its text."""
+    out = dict(row)
+    for key in ("response", "redraw"):
+        text = out.pop(key, None)
+        if isinstance(text, str):
+            out[f"{key}_sha256"] = hashlib.sha256(text.encode()).hexdigest()
+            out[f"{key}_chars"] = len(text)
+    return out
 
 
 def score_response(scoring: str, response: str, answer: str) -> float:

@@ -92,6 +92,10 @@ class SuiteSpec(BaseModel):
         default=32, ge=0, le=512, description="fidelity: greedy tokens compared with the "
                                               "baseline's, item by item (0: no agreement check)")
     sample: SampleSizes = SampleSizes()
+    store_responses: bool = Field(default=True, description=(
+        "false: the answers stay in the run folder and the result cache on this machine; "
+        "what is logged to MLflow holds each answer's SHA-256 and length instead "
+        "(docs/traffic.md, 'Privacy')"))
 
     @field_validator("name", "data", "task")
     @classmethod
@@ -120,6 +124,9 @@ class SuiteSpec(BaseModel):
     def needs_answer(self) -> bool:
         return self.scoring not in ("logprobs", "code", "instructions", "lm-eval",
                                     "agreement")
+
+    def run_names(self) -> list[str]:
+        return [name for name, _ in self.runs()]
 
     def runs(self) -> list[tuple[str, bool]]:
         """(result name, guided) for each way the suite is run: json suites may run twice."""
