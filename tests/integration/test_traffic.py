@@ -123,16 +123,19 @@ def test_own_traffic_passes_an_aa_and_fails_a_looping_model_and_keeps_prompts_pr
         assert MARKER not in out and KEY not in out
     # store_responses: false: the answers stay in the run folder; MLflow's copy of each
     # per-item file and measurement holds their hashes and lengths
-    kept = [p for p in written if p.name == "items-my-traffic.jsonl" and "runs" in p.parts]
+    def in_runs(p: Path) -> bool:
+        return p.relative_to(tmp_path).parts[0] == "runs"
+
+    kept = [p for p in written if p.name == "items-my-traffic.jsonl" and in_runs(p)]
     logged = [p for p in written if p.name in ("items-my-traffic.jsonl", "measurement.json")
-              and "runs" not in p.parts]
+              and not in_runs(p)]
     assert kept and logged, [str(p) for p in written][:20]
     assert all('"response": ' in p.read_text() for p in kept)
     for path in logged:
         rows = json.loads(path.read_text())["suites"]["my-traffic"]["items"] \
             if path.name == "measurement.json" else \
             [json.loads(line) for line in path.read_text().splitlines()]
-        assert rows and all("response" not in r and len(r["response_sha256"]) == 64
+        assert rows and all("response" not in r and len(r["response_hmac"]) == 64
                             for r in rows), path
 
 

@@ -208,7 +208,9 @@ def test_the_workload_says_what_a_traces_requests_share() -> None:
     profile = LoadProfile(trace="t.jsonl")
     shared = workload_summary(profile, [Request(0.0, 40, 5, prefix_chunks=(0, 1)),
                                         Request(0.5, 40, 5, prefix_chunks=(0,)),
+                                        Request(0.7, 40, 5, prefix_chunks=(2,)),
                                         Request(0.9, 40, 5)])
-    assert (shared["requests_sharing_a_prefix"], shared["shared_chunk_tokens"]) == (2, 48)
+    # chunk 0 is shared (two requests); 1 and 2 open one request each: not shared
+    assert (shared["requests_sharing_a_prefix"], shared["shared_chunk_tokens"]) == (2, 32)
     plain = workload_summary(profile, [Request(0.0, 40, 5)])
     assert "requests_sharing_a_prefix" not in plain  # as every workload before

@@ -6,6 +6,7 @@ agreement, the SLO figures and the cost at a level; the whole run as a LoadResul
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -377,11 +378,14 @@ def workload_summary(profile: LoadProfile, requests: list[Request]) -> Workload:
 
 
 def _shared_chunks(requests: list[Request]) -> dict:
-    sharing = [r for r in requests if r.prefix_chunks]
-    if not sharing:
+    """Of a trace's prefix_chunks, those two requests or more open with: how many requests
+    open with one, and the tokens of those chunks summed over the requests."""
+    uses = Counter(c for r in requests for c in r.prefix_chunks)
+    shared = [sum(uses[c] > 1 for c in r.prefix_chunks) for r in requests]
+    if not any(shared):
         return {}
-    return {"requests_sharing_a_prefix": len(sharing),
-            "shared_chunk_tokens": CHUNK_TOKENS * sum(len(r.prefix_chunks) for r in sharing)}
+    return {"requests_sharing_a_prefix": sum(n > 0 for n in shared),
+            "shared_chunk_tokens": CHUNK_TOKENS * sum(shared)}
 
 
 def _conversations(profile: LoadProfile, requests: list[Request]) -> dict:

@@ -50,7 +50,7 @@ from workbench.tracking.run_log import (
     tracker_for,
     tracking_line,
 )
-from workbench.tracking.shared_copy import private_runs, shareable
+from workbench.tracking.shared_copy import PRIVATE_FILE, private_runs
 from workbench.tracking.tracker import Tracker
 
 __all__ = ["evaluate_planned", "measure_planned", "run_evaluate"]
@@ -139,6 +139,9 @@ def _keep_inputs(p: Plan, run_dir: Path) -> None:
     `workbench log` later."""
     (run_dir / "config.yaml").write_text(yaml.safe_dump(p.cfg.model_dump(mode="json")))
     shutil.copyfile(p.cfg.resolve(p.cfg.gates), run_dir / POLICY_FILE)
+    # the suites whose answers MLflow gets as hashes, as they were when the run was made
+    # (`workbench log` sends the folder later, when a suite may have changed or be gone)
+    write_json(run_dir / PRIVATE_FILE, sorted(private_runs(p.suites)))
 
 
 def _with_judge(p: Plan, pair: MeasuredPair, run_dir: Path, console: Console
@@ -269,9 +272,8 @@ def _evaluate(p: Plan, run_dir: Path, console: Console, remeasure: bool,
                         [(s.name, s.path, s.digest) for s in p.suites])
         finally:
             _write_timing(run_dir)  # a failed run's too: where its time went
-            with span("MLflow: artifacts", "log"), \
-                    shareable(run_dir, private_runs(p.suites)) as shared:
-                tracker.log_artifacts(shared)  # partial results too, when a stage failed
+            with span("MLflow: artifacts", "log"):  # partial results too, when one failed
+                tracker.log_run_folder(run_dir, private_runs(p.suites))
     rec.mlflow.update(tracker.status())
     write_record(run_dir, rec)
     _write_timing(run_dir)

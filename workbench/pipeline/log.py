@@ -18,7 +18,7 @@ from workbench.record.sections import MlflowSection
 from workbench.record.store import load_record, stored_measurement
 from workbench.suites.definition import find_suite_dir
 from workbench.tracking.run_log import log_run
-from workbench.tracking.shared_copy import private_runs_named, shareable
+from workbench.tracking.shared_copy import stored_private_runs
 from workbench.tracking.tracker import Tracker
 
 __all__ = ["log_stored_run"]
@@ -50,8 +50,7 @@ def log_stored_run(run_dir: Path, console: Console) -> None:
     with Tracker(cfg.tracking, rec.candidate, tags) as tracker:
         log_run(tracker, rec, {"baseline": base, "candidate": cand},
                 _suites_of(rec.data_digests, run_dir))
-        with shareable(run_dir, private_runs_named(cfg.suites)) as shared:
-            tracker.log_artifacts(shared)
+        tracker.log_run_folder(run_dir, stored_private_runs(run_dir, cfg.suites))
     if tracker.lost is not None:
         raise InfraError(f"MLflow at {tracker.uri}: {tracker.lost}")
     registry = rec.mlflow.get("registry")

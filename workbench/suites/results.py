@@ -5,6 +5,7 @@ its generation health and checks), and the suite's accuracy, slices and metrics.
 from __future__ import annotations
 
 import hashlib
+import hmac
 import math
 import re
 from collections import defaultdict
@@ -90,15 +91,19 @@ class SuiteResult:
         return cls(**{**data, "items": items})
 
 
-def without_answers(row: dict) -> dict:
+def without_answers(row: dict, key: bytes) -> dict:
     """An item as a copy shared beyond this machine holds it where its suite keeps no
-    responses (store_responses: false): each answer's SHA-256 and length, not its text."""
+    responses (store_responses: false): each answer's HMAC-SHA256 under this machine's key
+    and its length, not its text; a code item's detail cut to its verdict (a failure's line
+    may quote the answer)."""
     out = dict(row)
-    for key in ("response", "redraw"):
-        text = out.pop(key, None)
+    for field_name in ("response", "redraw"):
+        text = out.pop(field_name, None)
         if isinstance(text, str):
-            out[f"{key}_sha256"] = hashlib.sha256(text.encode()).hexdigest()
-            out[f"{key}_chars"] = len(text)
+            out[f"{field_name}_hmac"] = hmac.new(key, text.encode(), hashlib.sha256).hexdigest()
+            out[f"{field_name}_chars"] = len(text)
+    if isinstance(out.get("detail"), str):
+        out["detail"] = out["detail"].split(":", 1)[0]
     return out
 
 

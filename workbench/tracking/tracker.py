@@ -32,6 +32,7 @@ from workbench.record.sections import (
     MlflowSection,
     Registry,
 )
+from workbench.tracking.shared_copy import shareable
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -107,6 +108,7 @@ class Tracker:
         self.lost: str | None = None if enabled else "tracking disabled (tracking.required: " \
                                                       "false and the server did not answer)"
         self.skipped: list[str] = []
+        self.not_sent: str | None = None  # artifacts left unlogged, the server still there
         self.marked_stale: list[str] = []
         self.parent = parent  # a sweep's run: this one is its child
 
@@ -122,6 +124,10 @@ class Tracker:
 
     def status(self) -> MlflowSection:
         """What the record says of MLflow: complete, or what was not logged and why."""
+        if self.lost is None and self.not_sent is not None:
+            return MlflowSection(status="incomplete", error=self.not_sent,
+                                 not_logged=["log_run_folder"],
+                                 log_later="workbench log <run folder>")
         if self.lost is None:
             return MlflowSection(status="complete")
         return MlflowSection(status="incomplete", error=self.lost,
@@ -319,6 +325,21 @@ class Tracker:
 
         if folder.is_dir():
             mlflow.log_artifacts(str(folder))
+
+    def log_run_folder(self, run_dir: Path, private: set[str]) -> None:
+        """A run folder as the run's artifacts, the answers of the suites that keep none
+        (`private`: their result names) as keyed hashes (shared_copy.py). A copy that
+        cannot be made (a full disk) leaves the artifacts unlogged and says so in status(),
+        never fails the run; the server is not taken for lost."""
+        if self.lost is not None:
+            self.skipped.append("log_run_folder")
+            return
+        try:
+            with shareable(run_dir, private) as folder:
+                self.log_artifacts(folder)
+        except (OSError, ValueError) as err:
+            first_line = (str(err).splitlines() or [""])[0][:300]
+            self.not_sent = f"the run folder was not logged: {type(err).__name__}: {first_line}"
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
