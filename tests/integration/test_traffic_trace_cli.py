@@ -60,8 +60,11 @@ def test_a_trace_from_traffic_counts_templated_prompts(tiny_model: Path, tmp_pat
     assert sorted(q.prompt_tokens for q in trace) != [trace[0].prompt_tokens] * len(trace)
     assert {q.output_tokens for q in trace} == {48, 24}  # the suite's, and max_tokens 24
     assert "shared_prefix_tokens:" in run.stdout and "Poisson at 3 requests/s" in run.stdout
-    assert set(out.read_text().replace("\n", " ").split('"')[1::2]) == {
-        "arrival_s", "prompt_tokens", "output_tokens"}  # numbers only
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert {k for line in lines for k in line} == {
+        "arrival_s", "prompt_tokens", "output_tokens", "prefix_chunks"}
+    assert all(isinstance(v, (int, float)) or all(isinstance(c, int) for c in v)
+               for line in lines for v in line.values())  # numbers only
 
     short = write_config(tmp_path, tiny_model, suite, 64)
     refused = workbench("validate", "--config", str(short), cwd=tmp_path)
