@@ -96,6 +96,10 @@ def shared_traffic(folder: Path) -> Path:
     return folder
 
 
+# slow: an engine of its own (about a minute) for what the unit tier checks of the trace
+# (test_workload, test_traffic_trace); CI on two cores stood at 40.7 min with it (2,440 s,
+# 2026-12-07): `bash scripts/test.sh -m slow tests/integration/test_traffic_trace_cli.py`
+@pytest.mark.slow
 def test_a_system_prompt_one_segment_shares_is_served_from_the_prefix_cache(
         tiny_model: Path, tmp_path: Path, workbench) -> None:
     from workbench.config.run_config import EngineConfig, LoadProfile
