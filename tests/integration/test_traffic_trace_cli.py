@@ -42,14 +42,21 @@ def write_config(tmp_path: Path, model: Path, suite: Path, context: int) -> Path
     return config
 
 
+def write_trace(workbench, tmp_path: Path, model: Path, suite: Path, context: int,
+                rate: float):
+    """`workbench traffic-trace` of the suite at Poisson arrivals, as a user runs it."""
+    config = write_config(tmp_path, model, suite, context)
+    out = tmp_path / "trace.jsonl"
+    run = workbench("traffic-trace", str(suite), "--out", str(out), "--rate", f"{rate:g}",
+                    "--config", str(config), cwd=tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
+    return run, out
+
+
 def test_a_trace_from_traffic_counts_templated_prompts(tiny_model: Path, tmp_path: Path,
                                                        workbench) -> None:
     suite = traffic_suite(tmp_path / "my-traffic")
-    config = write_config(tmp_path, tiny_model, suite, 512)
-    out = tmp_path / "trace.jsonl"
-    run = workbench("traffic-trace", str(suite), "--out", str(out), "--rate", "3",
-                    "--config", str(config), cwd=tmp_path)
-    assert run.returncode == 0, run.stdout + run.stderr
+    run, out = write_trace(workbench, tmp_path, tiny_model, suite, 512, rate=3)
     trace = read_trace(out, max_model_len=512)
     rows = [json.loads(line) for line in (suite / "requests.jsonl").read_text().splitlines()]
     tok = AutoTokenizer.from_pretrained(tiny_model)
@@ -107,11 +114,7 @@ def test_a_system_prompt_one_segment_shares_is_served_from_the_prefix_cache(
     from workbench.serve.engine import EngineServer
 
     suite = shared_traffic(tmp_path / "returns")
-    config = write_config(tmp_path, tiny_model, suite, 1024)
-    out = tmp_path / "trace.jsonl"
-    run = workbench("traffic-trace", str(suite), "--out", str(out), "--rate", "8",
-                    "--config", str(config), cwd=tmp_path)
-    assert run.returncode == 0, run.stdout + run.stderr
+    run, out = write_trace(workbench, tmp_path, tiny_model, suite, 1024, rate=8)
     assert "shared_prefix_tokens: 0" in run.stdout
     trace = read_trace(out, max_model_len=1024)
     # the segment's system prompt: two cache blocks or more, in the same chunks for all eight
