@@ -24,7 +24,7 @@ __all__ = ["tune"]
 @click.command()
 @click.option("--max-trials", type=int, default=6, show_default=True,
               help="At most this many trials (each a candidate built and evaluated).")
-@click.option("--max-hours", type=float, default=2.0, show_default=True,
+@click.option("--max-hours", type=float, default=1.5, show_default=True,
               help="Start no trial whose first look could end past this (priced at the "
                    "dearest so far), and take no second look that would.")
 @click.option("--objective", type=click.Choice(get_args(Objective)), default="weights",
