@@ -199,7 +199,7 @@ def test_the_gpu_is_named_in_the_record_and_in_mlflow() -> None:
 
 def test_the_baseline_key_tells_gpu_types_apart_and_keeps_cpu_keys(monkeypatch) -> None:
     from workbench.config.run_config import RunConfig
-    from workbench.measure.measurement import baseline_key
+    from workbench.measure.cache import baseline_key
 
     cfg = RunConfig.model_validate({"model": {"name": "m", "path": "m"},
                                     "candidates": {"c": {"recipe": "none"}},
@@ -220,7 +220,7 @@ def test_the_baseline_key_tells_gpu_types_apart_and_keeps_cpu_keys(monkeypatch) 
 def test_a_load_requests_shared_chunks_enter_the_baseline_key_only_where_it_has_some() -> None:
     from workbench.config.run_config import RunConfig
     from workbench.loadtest.workload import Request
-    from workbench.measure.measurement import baseline_key
+    from workbench.measure.cache import baseline_key
 
     cfg = RunConfig.model_validate({"model": {"name": "m", "path": "m"},
                                     "candidates": {"c": {"recipe": "none"}},
@@ -232,7 +232,7 @@ def test_a_load_requests_shared_chunks_enter_the_baseline_key_only_where_it_has_
     key = baseline_key(cfg, "d", [], "cpu", "0.32.0", plain)
     assert key != baseline_key(cfg, "d", [], "cpu", "0.32.0", shared)
     # the fields a request had before traces carried chunks, so older baselines stay valid
-    from workbench.measure import measurement
+    from workbench.measure import cache as measurement
     assert measurement._request_key(plain[0]) == {
         "arrival_s": 0.0, "prompt_tokens": 40, "output_tokens": 8, "conversation": -1,
         "think_s": 0.0}

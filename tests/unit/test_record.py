@@ -11,7 +11,7 @@ def test_record_json_carries_decision_exit_code_and_gates(tmp_path: Path) -> Non
     json_path, md_path = write_record(tmp_path, record("promote"))
     data = json.loads(json_path.read_text())
     assert data["decision"] == "promote" and data["exit_code"] == 0
-    assert data["gates"][0]["status"] == "pass" and data["schema_version"] == 15
+    assert data["gates"][0]["status"] == "pass" and data["schema_version"] == 16
     md = md_path.read_text()
     assert md.startswith("# Decision: **PROMOTE**")
     assert "| `quality:arithmetic` | PASS |" in md

@@ -121,8 +121,8 @@ def test_a_version_4_record_is_still_judged_and_comes_back_in_the_current_shape(
     result = CliRunner().invoke(main, ["gate", str(run), "--out", str(out)])
     assert result.exit_code in (0, 1), result.output
     rec = json.loads((out / "decision.json").read_text())
-    assert rec["schema_version"] == 15
-    assert rec["migrated_from"] == [4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14]
+    assert rec["schema_version"] == 16
+    assert rec["migrated_from"] == [4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15]
     ids = {g["gate"]: g["id"] for g in rec["gates"]}
     assert ids["quality:q[hard]"] == {"section": "quality", "subject": "q", "metric": None,
                                       "slice": "hard", "check": None, "level": None,
@@ -151,8 +151,8 @@ def test_a_record_the_previous_release_wrote_is_judged_again(tmp_path: Path) -> 
                                        str(out)])
     assert result.exit_code == 1, result.output
     rec = json.loads((out / "decision.json").read_text())
-    assert rec["schema_version"] == 15
-    assert rec["migrated_from"] == [4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14]
+    assert rec["schema_version"] == 16
+    assert rec["migrated_from"] == [4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15]
     assert rec["policy"]["looks"]["planned"] == 1  # every run before v7 looked once
     gates = {g["gate"]: g for g in rec["gates"]}
     # the int4 candidate lost arithmetic then (0.325 -> 0.092) and still does
@@ -180,7 +180,8 @@ def test_a_record_of_the_previous_schema_is_judged_again_and_says_it_looked_once
     result = CliRunner().invoke(main, ["gate", str(run), "--out", str(out)])
     assert result.exit_code in (0, 1), result.output
     rec = json.loads((out / "decision.json").read_text())
-    assert rec["schema_version"] == 15 and rec["migrated_from"] == [6, 7, 8, 9, 10, 11, 12, 13, 14]
+    assert rec["schema_version"] == 16
+    assert rec["migrated_from"] == [6, 7, 8, 9, 10, 11, 12, 13, 14, 15]
     assert rec["policy"]["looks"]["planned"] == 1 and rec["policy"]["confidence"] == 0.95
     assert "Judged again from a record of schema 6" in (out / "decision.md").read_text()
 

@@ -241,6 +241,7 @@ def test_cached_measurements_stay_keyed_as_before_on_one_device() -> None:
     assert "tensor_parallel_size" not in one.identity()
     assert one.identity() == {k: v for k, v in one.model_dump().items()
                               if "parallel" not in k and "executor" not in k
-                              and k != "batch_invariant"}  # "auto": the device decides
+                              and k != "batch_invariant"  # "auto": the device decides
+                              and k != "suite_binding"}  # the key holds it as resolved
     assert EngineConfig(batch_invariant="off").identity()["batch_invariant"] == "off"
     assert EngineConfig(tensor_parallel_size=2).identity()["tensor_parallel_size"] == 2

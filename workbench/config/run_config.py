@@ -151,6 +151,12 @@ class EngineConfig(StrictModel):
         "platform even there. The record names the platform the engine served on"))
     batch_invariant: Literal["auto", "on", "off"] = Field(default="auto", description=(
         "vLLM's batch-invariant kernels: auto (where vLLM has them: CUDA 8.0+), on, off"))
+    suite_binding: Literal["auto", "every-core", "vllm"] = Field(default="auto", description=(
+        "On a CPU, the cores the suites compute on: every-core runs them in an engine "
+        "session of their own on every core (the load test keeps vLLM's binding, in "
+        "sessions of its own); vllm leaves one core to vLLM's engine process, as the load "
+        "test does; auto picks every-core where it was measured to pay (docs/load.md, "
+        "'Where the suites compute')"))
 
     def identity(self) -> dict[str, Any]:
         """What a measurement on this engine depends on, for cache keys: every field, less
@@ -158,8 +164,10 @@ class EngineConfig(StrictModel):
         defaults = {"tensor_parallel_size": 1, "pipeline_parallel_size": 1,
                     "data_parallel_size": 1, "distributed_executor_backend": None,
                     "batch_invariant": "auto"}
+        # the suites' binding as resolved for the device, not as written, is the key's
+        # (measure/cache.baseline_key): `auto` and what it picks measure alike
         return {k: v for k, v in self.model_dump().items()
-                if k not in defaults or v != defaults[k]}
+                if (k not in defaults or v != defaults[k]) and k != "suite_binding"}
 
     @property
     def devices(self) -> int:

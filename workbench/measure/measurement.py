@@ -1,20 +1,17 @@
 """Serve one model and measure it: every suite item by item, then the load test.
 
-The baseline's measurement is cached by content (model digest, engine arguments, suites,
-sampling and load profile), so it is measured once per configuration, not once per
-candidate.
+The baseline's measurement is cached by content (measure/cache.py), so it is measured
+once per configuration, not once per candidate.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
-import json
 import os
-import shutil
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from rich.console import Console
@@ -22,19 +19,16 @@ from rich.console import Console
 from workbench.config.run_config import RunConfig
 from workbench.loadtest.client import LoadClient
 from workbench.loadtest.engine_metrics import parse_scrape
-from workbench.loadtest.headroom import PeakSampler, headroom
+from workbench.loadtest.headroom import Headroom, PeakSampler, headroom
 from workbench.loadtest.results import LoadResult
 from workbench.loadtest.workload import Request
 from workbench.measure.load_run import LOAD_DIR, further_load_dir, load_tests
 from workbench.measure.watch import StoppedEarly, SuiteRun, SuiteWatch
-from workbench.mechanisms import cache_entry
-from workbench.mechanisms.digests import sha256_json
 from workbench.mechanisms.errors import InfraError
 from workbench.mechanisms.files import write_json
-from workbench.mechanisms.paths import cache_root
 from workbench.mechanisms.progress import counted, status
 from workbench.mechanisms.timing import span
-from workbench.serve.device import DeviceFacts, device_facts
+from workbench.serve.device import Binding, device_facts
 from workbench.serve.engine import (
     Endpoint,
     EngineServer,
@@ -43,12 +37,11 @@ from workbench.serve.engine import (
     parse_cache_info,
 )
 from workbench.suites.definition import Suite
-from workbench.suites.results import SCORING_VERSION, SuiteResult
+from workbench.suites.results import SuiteResult
 from workbench.suites.runner import run_suite
 
 __all__ = ["LOAD_DIR", "MEASUREMENT_FILE", "NOT_MEASURED", "SAMPLING", "Measurement",
-           "baseline_key", "cached_measurement", "cached_pair", "further_load_dir", "load_pair",
-           "measure", "not_measured_load", "pair_key", "store_pair"]
+           "further_load_dir", "measure", "not_measured_load"]
 
 MEASUREMENT_FILE = "measurement.json"
 SAMPLING = {"temperature": 0.0, "api": "chat.completions"}
@@ -119,53 +112,6 @@ def not_measured_load(cfg: RunConfig, name: str) -> LoadResult:
                       levels=[], name=name)
 
 
-def baseline_key(cfg: RunConfig, model_digest: str, suites: list[Suite], device: str,
-                 engine_version: str, requests: list[Request],
-                 further: dict[str, list[Request]] | None = None) -> str:
-    facts = device_facts(device, cfg.engine)
-    return sha256_json({
-        # the dtype the engine really ran in (`auto` resolved for this device): a bf16
-        # baseline's key is the same as before `auto` existed
-        "model": model_digest, "engine": {**cfg.engine.identity(), "dtype": facts.serve_dtype},
-        "device": device,
-        "engine_version": engine_version, "profile": cfg.profile, "seed": cfg.seed,
-        "suites": {s.name: s.digest for s in suites}, "sampling": SAMPLING,
-        "in_flight": facts.suite_in_flight,
-        "load": cfg.workload.model_dump(), "requests": [_request_key(r) for r in requests],
-        # 5: the server facts comparability reads; 6: on a CPU the load test runs with the
-        # engine and its client on separate cores (placement.py), so an unplaced cached
-        # baseline's latency is not comparable with a placed candidate's
-        "scoring": SCORING_VERSION, "format": 6,
-        # a GPU host's type and whether the suites ran batch-invariant (serve/device.py);
-        # absent on a CPU, so the keys of CPU baselines measured before stay valid
-        **_device_key(facts),
-        # further load profiles (load.also): absent when there are none, as before
-        **({"further_load": {name: [cfg.load.profiles[name].model_dump(),
-                                    [_request_key(r) for r in reqs]]
-                             for name, reqs in further.items()}} if further else {}),
-    })
-
-
-def _request_key(r: Request) -> dict:
-    """A load request as the key holds it: a trace's shared chunks only where it has some,
-    so the keys of baselines measured before traces carried them stay valid."""
-    fields = asdict(r)
-    if not r.prefix_chunks:
-        del fields["prefix_chunks"]
-    else:
-        fields["prefix_chunks"] = list(r.prefix_chunks)
-    return fields
-
-
-def _device_key(facts: DeviceFacts) -> dict:
-    key: dict = {}
-    if facts.identity():
-        key["gpu"] = facts.identity()
-    if facts.batch_invariant:
-        key["batch_invariant"] = True
-    return key
-
-
 def _runs(suites: list[Suite], watch: SuiteWatch | None, done: dict[str, SuiteResult]
           ) -> list[SuiteRun]:
     """Every run of every suite not measured yet, in the watch's order (the cheapest
@@ -233,15 +179,17 @@ def library_credentials(api_key: str | None) -> Iterator[None]:
 
 
 def _server(cfg: RunConfig, role: str, model_dir: Path, served: str, extra_args: list[str],
-            out_dir: Path, device: str) -> EngineServer | Endpoint:
-    """The engine this side is measured on: started here, or the endpoint the config
-    names for the role (attached to, not started)."""
+            out_dir: Path, device: str, binding: Binding) -> EngineServer | Endpoint:
+    """The engine this side is measured on: started here on `binding`, or the endpoint
+    the config names for the role (attached to, not started)."""
     ep = cfg.endpoints.of(role)
     if ep is not None:
         return Endpoint(ep.url, api_key_from(ep.api_key_env), ep.model,
                         out_dir / "server.log")
-    return EngineServer(model_dir, served, cfg.engine, out_dir / "server.log", extra_args,
-                        device=device, facts=device_facts(device, cfg.engine))
+    facts = replace(device_facts(device, cfg.engine), binding=binding)
+    log = "server.log" if binding == "vllm" else f"server-{binding}.log"
+    return EngineServer(model_dir, served, cfg.engine, out_dir / log, extra_args,
+                        device=device, facts=facts)
 
 
 def _start(server: EngineServer | Endpoint, role: str, model_dir: Path, device: str,
@@ -265,7 +213,8 @@ def measure(cfg: RunConfig, role: str, model_dir: Path, served: str, extra_args:
             console: Console, device: str, ceiling: bool = True,
             further: dict[str, list[Request]] | None = None, watch: SuiteWatch | None = None,
             done: dict[str, SuiteResult] | None = None, load_test: bool = True,
-            references: dict[str, dict[str, str]] | None = None) -> Measurement:
+            references: dict[str, dict[str, str]] | None = None,
+            binding: Binding = "vllm") -> Measurement:
     """Start the engine for one model (or attach to its endpoint), run every suite and the
     load sweep of each profile the run gates (its own, then `further`'s), stop it.
 
@@ -273,11 +222,13 @@ def measure(cfg: RunConfig, role: str, model_dir: Path, served: str, extra_args:
     watch: the candidate's suites' order and early stop (measure/watch.py); a candidate
     it stops runs no load test. done: suites an earlier, stopped session measured.
     load_test: False runs none (a candidate served dense: its speed is not its format's).
-    references: the baseline's traffic answers by suite and id, scored under this model."""
+    references: the baseline's traffic answers by suite and id, scored under this model.
+    binding: the engine's cores; on `every-core` it runs no load test (measure/sessions.py
+    runs that in a session of its own, on vLLM's binding)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    server = _server(cfg, role, model_dir, served, extra_args, out_dir, device)
-    attached = isinstance(server, Endpoint)
+    load_test = load_test and binding == "vllm"
+    server = _server(cfg, role, model_dir, served, extra_args, out_dir, device, binding)
     client = LoadClient(out_dir / LOAD_DIR / "bench-client.log")
     try:
         with library_credentials(server.api_key):
@@ -288,7 +239,8 @@ def measure(cfg: RunConfig, role: str, model_dir: Path, served: str, extra_args:
             _start(server, role, model_dir, device, console)
             pgid = server.process.pid if server.process is not None else None
             with PeakSampler(pgid, functools.partial(_kv_usage, server)) as peaks:
-                client.start()  # if not yet: it imports while the suites run
+                if load_test:
+                    client.start()  # if not yet: it imports while the suites run
                 suite_results, stopped = _run_suites(
                     cfg, server, server.info.served_name, suites, out_dir, console,
                     tokenizer_dir, role, device, watch, done, references)
@@ -298,17 +250,7 @@ def measure(cfg: RunConfig, role: str, model_dir: Path, served: str, extra_args:
                         cfg, server, profiles, tokenizer_dir, out_dir, console, role, client,
                         ceiling, pgid if device == "cpu" else None)
                 load = loads.pop(cfg.load.profile)
-        # read after the load, when the engine has reported its final cache figures
-        final = server.metrics()
-        server.info.cache_info = parse_cache_info(final) or server.info.cache_info
-        room = headroom(None if attached else model_dir, server.info.cache_info,
-                        max(r.prompt_tokens + r.output_tokens
-                            for reqs in profiles.values() for r in reqs),
-                        peaks,
-                        int(parse_scrape(final).counters.get("vllm:num_preemptions", 0)),
-                        1 if attached else cfg.engine.data_parallel_size,
-                        cfg.endpoints.devices(role) if attached else cfg.engine.devices,
-                        server.info.memory_at_load)
+        room = _room(cfg, role, server, model_dir, profiles, peaks)
     finally:
         client.stop()
         with span(f"{role}: engine stop", "engine_stop"):
@@ -322,63 +264,18 @@ def measure(cfg: RunConfig, role: str, model_dir: Path, served: str, extra_args:
     return result
 
 
-def cached_measurement(key: str) -> Path:
-    return cache_root() / "results" / f"baseline-{key[:24]}"
-
-
-def load_cached(folder: Path, on_dropped: Callable[[str], None] = lambda _p: None
-                ) -> Measurement | None:
-    """The cached measurement, or None: absent, or failing its digest check (then the
-    entry is dropped, on_dropped hears why, and the caller measures again)."""
-    found = _checked(folder, [folder], on_dropped)
-    return found[0] if found else None
-
-
-def _read(file: Path) -> Measurement:
-    return Measurement.from_dict(json.loads(file.read_text()))
-
-
-def _checked(folder: Path, parts: list[Path], on_dropped: Callable[[str], None]
-             ) -> list[Measurement] | None:
-    """The measurements in a sealed cache entry's parts, or None (dropped if damaged)."""
-    cache_entry.sweep_staging(folder.parent)
-    if not folder.exists():
-        return None
-    problem = cache_entry.check(folder)
-    if problem is None:
-        try:
-            return [_read(part / MEASUREMENT_FILE) for part in parts]
-        except (OSError, ValueError, KeyError, TypeError) as err:
-            problem = f"{folder}: a measurement.json is unreadable ({type(err).__name__})"
-    on_dropped(problem)
-    shutil.rmtree(folder, ignore_errors=True)
-    return None
-
-
-def pair_key(baseline: str, candidate: dict) -> str:
-    """A candidate measured beside its baseline: the baseline's key (model, engine,
-    suites, load), what the candidate serves (artifact key, serving arguments, name) and
-    how many load rounds were run."""
-    return sha256_json({"baseline": baseline, "candidate": candidate, "format": 1})
-
-
-def cached_pair(key: str) -> Path:
-    return cache_root() / "results" / f"pair-{key[:24]}"
-
-
-def load_pair(folder: Path, on_dropped: Callable[[str], None] = lambda _p: None
-              ) -> tuple[Measurement, Measurement] | None:
-    """A cached (baseline, candidate) pair measured together: reused only together, so a
-    latency comparison is never made between sessions that were not measured side by side."""
-    found = _checked(folder, [folder / "baseline", folder / "candidate"], on_dropped)
-    return (found[0], found[1]) if found else None
-
-
-def store_pair(run_dir: Path, dest: Path) -> None:
-    cache_entry.store_together({role: run_dir / role for role in ("baseline", "candidate")},
-                               dest)
-
-
-def store_in_cache(src: Path, dest: Path) -> None:
-    """Copy a finished measurement folder into the cache, sealed, atomically."""
-    cache_entry.store(src, dest)
+def _room(cfg: RunConfig, role: str, server: EngineServer | Endpoint, model_dir: Path,
+          profiles: dict[str, list[Request]], peaks: PeakSampler) -> Headroom:
+    """The session's memory headroom, read after the load, when the engine has reported
+    its final cache figures."""
+    attached = isinstance(server, Endpoint)
+    final = server.metrics()
+    server.info.cache_info = parse_cache_info(final) or server.info.cache_info
+    return headroom(None if attached else model_dir, server.info.cache_info,
+                    max(r.prompt_tokens + r.output_tokens
+                        for reqs in profiles.values() for r in reqs),
+                    peaks,
+                    int(parse_scrape(final).counters.get("vllm:num_preemptions", 0)),
+                    1 if attached else cfg.engine.data_parallel_size,
+                    cfg.endpoints.devices(role) if attached else cfg.engine.devices,
+                    server.info.memory_at_load)

@@ -19,20 +19,23 @@ from typing import Literal
 from rich.console import Console
 from rich.markup import escape
 
-from workbench.measure.measurement import (
-    MEASUREMENT_FILE,
-    Measurement,
+from workbench.measure.cache import (
     baseline_key,
     cached_measurement,
     cached_pair,
     load_cached,
     load_pair,
-    measure,
-    not_measured_load,
     pair_key,
     store_in_cache,
     store_pair,
 )
+from workbench.measure.measurement import (
+    MEASUREMENT_FILE,
+    Measurement,
+    measure,
+    not_measured_load,
+)
+from workbench.measure.sessions import measure_bound
 from workbench.measure.watch import StoppedEarly, WatchFor
 from workbench.mechanisms.files import write_json
 from workbench.plan.plan import Plan
@@ -87,7 +90,7 @@ def served_name(p: Plan, role: str) -> str:
 
 def _baseline_key(p: Plan) -> str:
     return baseline_key(p.cfg, p.model_digest, p.suites, p.device, p.engine_version,
-                        p.requests, p.further)
+                        p.requests, p.further, p.suite_binding)
 
 
 def baseline_entry(p: Plan) -> Path:
@@ -99,8 +102,9 @@ def baseline_entry(p: Plan) -> Path:
 def measure_baseline_suites(p: Plan, out_dir: Path, console: Console) -> Measurement:
     """The baseline measured in full (suites and load) and its suites cached for every
     later candidate; a fanned-out sweep's first Ray task runs this too."""
-    m = measure(p.cfg, "baseline", p.model_dir, served_name(p, "baseline"), [], p.suites,
-                p.requests, p.model_dir, out_dir, console, p.device, further=p.further)
+    m = measure_bound(p.suite_binding, p.cfg, "baseline", p.model_dir,
+                      served_name(p, "baseline"), [], p.suites, p.requests, p.model_dir,
+                      out_dir, console, p.device, further=p.further)
     store_in_cache(out_dir, baseline_entry(p))
     return m
 
@@ -137,11 +141,11 @@ def _candidate(p: Plan, q: QuantizeResult, run_dir: Path, console: Console,
     console.print(f"[bold]candidate {p.candidate_name}[/]: measuring" + (
         " (served dense: no load test, its speed and memory would not be "
         f"{q.dense.format}'s)" if q.dense else ""))
-    m = measure(p.cfg, "candidate", Path(q.served_path or p.model_dir),
-                served_name(p, "candidate"), q.serve_args, p.suites, p.requests, p.model_dir,
-                run_dir / "candidate", console, p.device, further=p.further,
-                watch=watch(base.suites) if watch is not None else None, done=done,
-                load_test=q.dense is None, references=traffic_answers(base.suites))
+    m = measure_bound(p.suite_binding, p.cfg, "candidate", Path(q.served_path or p.model_dir),
+                      served_name(p, "candidate"), q.serve_args, p.suites, p.requests,
+                      p.model_dir, run_dir / "candidate", console, p.device, further=p.further,
+                      watch=watch(base.suites) if watch is not None else None, done=done,
+                      load_test=q.dense is None, references=traffic_answers(base.suites))
     if m.stopped is not None:
         _say_stopped(console, p.candidate_name, m.stopped)
     return m

@@ -7,6 +7,7 @@ model and its digest, the suites, the gate policy, the load's requests, the devi
 from __future__ import annotations
 
 import functools
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -14,6 +15,7 @@ from typing import Literal
 from workbench.config.gate_policy import GatePolicy, load_gate_policy
 from workbench.config.run_config import RunConfig
 from workbench.loadtest.bench import level_requests
+from workbench.loadtest.headroom import weights_bytes
 from workbench.loadtest.workload import Request
 from workbench.mechanisms.digests import folder_digest
 from workbench.mechanisms.errors import InputError
@@ -36,6 +38,7 @@ from workbench.plan.device_checks import device_problems
 from workbench.plan.judge_checks import judge_problems
 from workbench.quantize.checks import candidate_problems, serving_problem
 from workbench.quantize.formats import format_of_candidate, served_dense
+from workbench.serve.device import Binding, suite_binding
 from workbench.serve.engine import detect_device, engine_version
 from workbench.suites.definition import Suite, find_suite_dir, load_suite
 from workbench.suites.split import ItemSplit
@@ -81,6 +84,13 @@ class Plan:
         # time.perf_counter() past which no second look may end (a tune's --max-hours):
         # pipeline/look_cost.py skips one that would, by the first look's own rates
         self.look_deadline = look_deadline
+
+    @functools.cached_property
+    def suite_binding(self) -> Binding:
+        """Where both models' suites compute (serve/device.suite_binding): decided once,
+        from the baseline's weights, so that both sides answer theirs alike."""
+        return suite_binding(self.device, self.cfg.engine, weights_bytes(self.model_dir),
+                             len(os.sched_getaffinity(0)))
 
     def variant(self, cfg: RunConfig, candidate: str, split: ItemSplit | None,
                 look_deadline: float | None = None) -> Plan:

@@ -40,6 +40,7 @@ __all__ = ["SCHEMA_VERSION", "SEVERITY", "DecisionRecord", "FurtherLoad", "Role"
            "counted", "gate_counts", "host_facts", "quantization_metrics", "record_metrics",
            "worst_first"]
 
+# 16: on a CPU, the engine session the suites computed in (device.suite_binding);
 # 15: the judge model that read a traffic suite's answers, and by which rubric (judge);
 # 14: a candidate served as its weights dequantised where the device has no kernel for its
 # format (served_dense; its speed and memory gates not_measured, with the reason);
@@ -62,7 +63,7 @@ __all__ = ["SCHEMA_VERSION", "SEVERITY", "DecisionRecord", "FurtherLoad", "Role"
 # by its parts (id), not only as text; 4: endpoints, hub commit, per-device cost,
 # unmeasurable figures null; 3: every section typed below the top level; 2: policy, plots,
 # kernels. record/migrate.py reads every one of them.
-SCHEMA_VERSION = 15
+SCHEMA_VERSION = 16
 
 
 class Sampling(TypedDict):
@@ -159,7 +160,8 @@ def host_facts(device: str, facts: dict) -> dict:
             "python": platform.python_version(), "gpus": facts.get("gpus"),
             "suite_in_flight": facts.get("suite_in_flight", CPU_IN_FLIGHT),
             "batch_invariant": facts.get("batch_invariant_why", "off"),
-            "serve_dtype": facts.get("serve_dtype", "bfloat16"), "native_bf16": native_bf16()}
+            "serve_dtype": facts.get("serve_dtype", "bfloat16"), "native_bf16": native_bf16(),
+            **({"suite_binding": facts.get("binding", "vllm")} if device == "cpu" else {})}
 
 
 def record_metrics(rec: DecisionRecord) -> dict[str, float]:

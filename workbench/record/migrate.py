@@ -125,12 +125,19 @@ def _v14_to_v15(record: dict) -> dict:
     return record
 
 
+def _v15_to_v16(record: dict) -> dict:
+    # 16: every CPU run's suites computed on vLLM's binding before; an older record does
+    # not say so, and is left as it was rather than claimed
+    return record
+
+
 # version -> the step that brings a record of that version to the next
 STEPS: dict[int, Callable[[dict], dict]] = {2: _v2_to_v3, 3: _v3_to_v4, 4: _v4_to_v5,
                                             5: _v5_to_v6, 6: _v6_to_v7, 7: _v7_to_v8,
                                             8: _v8_to_v9, 9: _v9_to_v10, 10: _v10_to_v11,
                                             11: _v11_to_v12, 12: _v12_to_v13,
-                                            13: _v13_to_v14, 14: _v14_to_v15}
+                                            13: _v13_to_v14, 14: _v14_to_v15,
+                                            15: _v15_to_v16}
 
 
 def migrate(record: dict, current: int) -> tuple[dict, list[int]]:

@@ -171,6 +171,13 @@ def device_text(device: dict) -> str:
             f"{host.get('driver_version', '?')}, CUDA {host.get('cuda_driver_version', '?')})")
 
 
+def _binding_text(binding: str | None) -> str:
+    """Where a CPU run's suites computed (docs/load.md, "Where the suites compute")."""
+    if binding == "every-core":
+        return ", on every core (the load test in sessions on vLLM's binding)"
+    return ", on vLLM's binding (one core left to its engine process)" if binding else ""
+
+
 def _dtype_text(rec: DecisionRecord) -> str:
     """Both sides' serving dtype, and the quantiser's when it built the candidate."""
     text = f"served in {rec.device.get('serve_dtype', 'bfloat16')}"
@@ -213,7 +220,8 @@ def render_markdown(rec: DecisionRecord) -> str:
         f"Model `{rec.model.get('name')}` ({rec.model.get('path')}), device "
         f"{device_text(dict(rec.device))}, engine vLLM {rec.engine.get('version', '?')}. "
         f"Created {rec.created_at}. Exit code {rec.exit_code}.",
-        f"Suites at {rec.device.get('suite_in_flight', 8)} requests in flight; "
+        f"Suites at {rec.device.get('suite_in_flight', 8)} requests in flight"
+        f"{_binding_text(rec.device.get('suite_binding'))}; "
         f"batch-invariant kernels: {rec.device.get('batch_invariant', 'off')}; "
         f"{_dtype_text(rec)}.",
         "",

@@ -100,6 +100,9 @@ class DeviceSection(TypedDict):
     batch_invariant: str  # whether the suites ran on vLLM's batch-invariant kernels, and why
     serve_dtype: str  # the engine's --dtype, `auto` resolved for this device (both sides')
     native_bf16: bool  # whether the CPU multiplies bf16 in hardware (mechanisms/host.py)
+    # 16, on a CPU: the candidate's suites' engine session, `every-core` or `vllm` (one
+    # core left to vLLM's engine process); the load test always runs on vLLM's
+    suite_binding: NotRequired[str]
 
 
 class StandInJson(TypedDict):

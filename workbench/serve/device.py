@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass
+from typing import Literal
 
 from workbench.config.run_config import EngineConfig
 from workbench.mechanisms.gpu import GpuHost, lowest_capability, this_host
@@ -19,6 +20,7 @@ from workbench.mechanisms.host import fast_dtype
 
 __all__ = [
     "CPU_IN_FLIGHT",
+    "Binding",
     "DeviceFacts",
     "batch_invariant_reason",
     "batch_limits",
@@ -28,6 +30,7 @@ __all__ = [
     "device_facts",
     "gpu_identity",
     "serve_dtype",
+    "suite_binding",
     "suite_in_flight",
 ]
 
@@ -37,7 +40,7 @@ __all__ = [
 # those at 8 in 170 of 600 texts, as much as a fresh engine session at 8 does (138 to 151),
 # while within one session a rerun at 8 repeats every answer (docs/benchmarks.md, "Batch
 # size and session drift"). Baseline and candidate are measured at the same value, and a
-# cached baseline is keyed by it (measure/measurement.py).
+# cached baseline is keyed by it (measure/cache.py).
 CPU_IN_FLIGHT = 8
 
 # vLLM 0.32's batch-invariant mode (vllm/model_executor/determinism/batch_invariant.py,
@@ -48,6 +51,19 @@ CPU_IN_FLIGHT = 8
 BATCH_INVARIANT_MIN_CAPABILITY = (8, 0)
 
 GiB = 1024**3
+
+Binding = Literal["every-core", "vllm"]
+
+# On a CPU, vLLM binds one compute thread to each core but the last, which it leaves to its
+# engine-core process (vllm/utils/ompmultiprocessing.py reserves one core per rank); with
+# VLLM_CPU_NUM_OF_RESERVED_CPU=0 a thread is bound to every core. Measured on a 2-core
+# Zen 4 (docs/benchmarks.md, "The suites on every core"): the default model's suites ran
+# 1.36-1.87 times as fast, every greedy answer the same, while the load test must keep the
+# spare core for its client. The suites then need an engine session of their own, one more
+# start per model, which pays where a suite sample takes minutes: on two cores (half the
+# machine idle; not measured on more) and a model whose weights make decoding slow enough.
+EVERY_CORE_MAX_CORES = 2
+EVERY_CORE_MIN_WEIGHTS = 64 * 2**20  # the default model is 257 MiB; the tests' tiny one 12
 
 
 @dataclass(frozen=True)
@@ -63,6 +79,9 @@ class DeviceFacts:
     # the engine's batch (batch_limits()); 0 in measurements made before it was recorded
     max_num_seqs: int = 0
     max_num_batched_tokens: int = 0
+    # the cores this engine session computes on (suite_binding()); "vllm" in measurements
+    # made before sessions had another
+    binding: Binding = "vllm"
 
     def identity(self) -> dict:
         """What cache keys take: nothing on a CPU (keys made before GPUs were told apart
@@ -71,6 +90,16 @@ class DeviceFacts:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    def engine_env(self, env: dict[str, str]) -> dict[str, str]:
+        """`env` with what these facts set in the engine's environment, set or cleared
+        either way, so that a value in the user's shell cannot make the record untrue."""
+        # vllm/envs.py reads it as bool(int(...))
+        env["VLLM_BATCH_INVARIANT"] = "1" if self.batch_invariant else "0"
+        env.pop("VLLM_CPU_NUM_OF_RESERVED_CPU", None)  # vLLM's own: one core per rank
+        if self.kind == "cpu" and self.binding == "every-core":
+            env["VLLM_CPU_NUM_OF_RESERVED_CPU"] = "0"
+        return env
 
 
 def gpu_identity(gpus: dict) -> dict:
@@ -172,6 +201,18 @@ def command_dtype(command: list[str]) -> str:
 
 def _probe() -> GpuHost | None:
     return this_host()
+
+
+def suite_binding(device: str, engine: EngineConfig, weights_bytes: int, cores: int
+                  ) -> Binding:
+    """Where a run's suites compute: `every-core`, in an engine session of their own on
+    every core, or `vllm`, on vLLM's own binding in the session the load test shares."""
+    if device != "cpu":
+        return "vllm"  # a GPU computes on the GPU: nothing to gain
+    if engine.suite_binding != "auto":
+        return engine.suite_binding
+    pays = cores <= EVERY_CORE_MAX_CORES and weights_bytes >= EVERY_CORE_MIN_WEIGHTS
+    return "every-core" if cores > 1 and pays else "vllm"
 
 
 def device_facts(device: str, engine: EngineConfig) -> DeviceFacts:

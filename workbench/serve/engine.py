@@ -149,11 +149,7 @@ class EngineServer:
         env.setdefault("VLLM_CACHE_ROOT", str(cache_root() / "vllm"))
         if self.device == "cpu":
             env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(self.engine.kv_cache_space_gib))
-        # set either way, so a value in the user's shell cannot make the record untrue
-        # (vllm/envs.py reads it as bool(int(...)))
-        env["VLLM_BATCH_INVARIANT"] = "1" if self.info.device_facts.get("batch_invariant") \
-            else "0"
-        return env
+        return self.facts.engine_env(env)
 
     def start(self) -> ServerInfo:
         if self.process is not None:

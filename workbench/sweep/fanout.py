@@ -31,7 +31,8 @@ from rich.console import Console
 from rich.markup import escape
 
 from workbench.config.run_config import load_config
-from workbench.measure.measurement import MEASUREMENT_FILE, Measurement, load_cached
+from workbench.measure.cache import load_cached
+from workbench.measure.measurement import MEASUREMENT_FILE, Measurement
 from workbench.measure.pair import MeasuredPair, baseline_entry, measure_baseline_suites
 from workbench.mechanisms import cache_entry
 from workbench.mechanisms.errors import InfraError, InputError, WorkbenchError

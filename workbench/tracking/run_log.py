@@ -59,6 +59,7 @@ def run_params(p: Plan, run_dir: Path) -> dict[str, object]:
             "load": cfg.workload.model_dump_json(), "gates": str(cfg.resolve(cfg.gates)),
             **{f"load.{name}": w.model_dump_json() for name, w in cfg.load.further.items()},
             "run_dir": str(run_dir), **device_params(device_facts(p.device, cfg.engine)),
+            **({"suite_binding": p.suite_binding} if p.device == "cpu" else {}),
             **({"served": f"dense ({p.dense.format} dequantised: no kernel here)"}
                if p.dense else {})}
 
