@@ -32,8 +32,9 @@ def own_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 ANSWER = "Your parcel 4417 is at the depot."  # stands for an answer quoting a prompt
 
 
-def item(i: int, text: str, redraw: str | None = None) -> dict:
-    return {"id": f"q{i}", "response": text, "redraw": redraw, "score": 1.0, "checks": {}}
+def item(i: int, text: str, redraw: str | None = None, draws: tuple[str, ...] = ()) -> dict:
+    return {"id": f"q{i}", "response": text, "redraw": redraw, "score": 1.0, "checks": {},
+            "draws": list(draws), "redraws": list(draws)}
 
 
 def run_folder(root: Path) -> Path:
@@ -41,7 +42,8 @@ def run_folder(root: Path) -> Path:
     for side in ("baseline", "candidate", "look-1/candidate"):
         folder = run / side
         folder.mkdir(parents=True)
-        rows = [item(0, ANSWER, redraw="Another draw, 4417."), item(1, "")]
+        rows = [item(0, ANSWER, redraw="Another draw, 4417.",
+                     draws=("A third: 4417.",)), item(1, "")]
         (folder / "items-my-traffic.jsonl").write_text(
             "".join(json.dumps(r) + "\n" for r in rows))
         (folder / "items-arithmetic.jsonl").write_text(json.dumps(item(0, "12")) + "\n")
@@ -70,6 +72,8 @@ def test_the_copy_logged_holds_hashes_of_a_private_suites_answers(tmp_path: Path
         assert rows[0]["response_chars"] == len(ANSWER) and "response" not in rows[0]
         assert "redraw" not in rows[0] and rows[0]["redraw_chars"] == 19
         assert rows[1]["response_chars"] == 0 and "redraw_hmac" not in rows[1]
+        assert "draws" not in rows[0] and rows[0]["draws_chars"] == [14]  # n > 1 alike
+        assert len(rows[0]["redraws_hmac"]) == 1 and "draws_hmac" not in rows[1]
         measured = json.loads((shared / "look-1" / "candidate" / "measurement.json").read_text())
         assert "response" not in measured["suites"]["my-traffic"]["items"][0]
         assert measured["suites"]["arithmetic"]["items"][0]["response"] == "12"

@@ -268,3 +268,42 @@ def test_a_sampled_request_is_held_to_the_baseline_s_own_second_draw(tmp_path: P
                             summarise(suite, [cand], tmp_path / "c.jsonl"))
     assert 0 < b.items[0].score < 1 and b.items[0].checks["agreement_exact"] == 0.0
     assert c.items[0].score == 1.0  # the candidate's draw happens to equal the first
+
+
+def test_a_sampled_request_asking_n_answers_is_drawn_n_times_on_each_side(
+        tmp_path: Path) -> None:
+    """n = 3 at temperature 0.7: both sides draw seeds s .. s + 2, the baseline also its
+    redraws s + 3 .. s + 5; each agreement measure is the mean over the k-th draws, and
+    each check the share of draws that meet it."""
+    row = {**REQUESTS[2], "n": 3}
+    suite = load_suite(str(traffic_folder(tmp_path, [row])))
+    said = {5: "Cloudy in Oslo.", 6: "Rain in Oslo.", 7: "Oslo: sun.",
+            8: "Cloudy in Oslo.", 9: "Rain in Oslo today.", 10: "Oslo: sun."}
+    engine = Engine(lambda body: said[body["seed"]])
+    base = ask_all(suite, engine, seed=5)[0]
+    assert [b["seed"] for b in engine.bodies] == [5, 6, 7, 8, 9, 10]
+    assert (base.response, base.draws) == ("Cloudy in Oslo.", ("Rain in Oslo.", "Oslo: sun."))
+    assert (base.redraw, base.redraws) == ("Cloudy in Oslo.", ("Rain in Oslo today.",
+                                                               "Oslo: sun."))
+    cand_said = {5: "Cloudy in Oslo.", 6: "the the the the the the the the the the the",
+                 7: "Oslo: sun."}
+    cand_engine = Engine(lambda body: cand_said[body["seed"]])
+    cand = ask_all(suite, cand_engine, seed=5, references={"t1": base.response})[0]
+    assert [b["seed"] for b in cand_engine.bodies] == [5, 6, 7]  # no redraws
+    assert cand.checks["healthy"] == pytest.approx(2 / 3)  # one draw of three loops
+    assert cand.health != "ok" and cand.checks["sampled"] == 1.0
+    b, c = against_baseline(summarise(suite, [base], tmp_path / "b.jsonl"),
+                            summarise(suite, [cand], tmp_path / "c.jsonl"))
+    # the baseline's redraws agree exactly on two of three, the candidate's draws too
+    assert b.items[0].checks["agreement_exact"] == pytest.approx(2 / 3)
+    assert c.items[0].checks["agreement_exact"] == pytest.approx(2 / 3)
+    assert c.items[0].score < b.items[0].score  # a loop agrees less than a rewording
+    stored = json.loads(json.dumps(summarise(suite, [cand], tmp_path / "s.jsonl").to_dict()))
+    assert SuiteResult.from_dict(stored).items[0].draws == cand.draws  # read back alike
+
+
+def test_a_greedy_request_is_drawn_once_whatever_its_n(tmp_path: Path) -> None:
+    suite = load_suite(str(traffic_folder(tmp_path, [{**REQUESTS[3], "n": 4}])))
+    engine = Engine(sensible)
+    item = ask_all(suite, engine)[0]
+    assert len(engine.bodies) == 1 and item.draws == () and item.redraw is None

@@ -46,29 +46,37 @@ def length_kept(ratio: float | None, answer: str) -> bool:
     return LENGTH_BAND[0] <= ratio <= LENGTH_BAND[1]
 
 
+def _held(answers: list[str], against: list[str]) -> dict[str, float]:
+    """Each agreement measure averaged over a request's draws, the k-th answer held
+    against the k-th of `against` (one draw each: that pair's)."""
+    pairs = list(zip(answers, against, strict=False))
+    held = [(agreement(a, b), a) for a, b in pairs]
+    return {"agreement_chrf": sum(h.chrf for h, _ in held) / len(held),
+            "agreement_exact": sum(float(h.exact) for h, _ in held) / len(held),
+            "length_kept": sum(float(length_kept(h.length_ratio, a)) for h, a in held)
+            / len(held)}
+
+
 def _candidate_item(item: ItemResult, base: ItemResult) -> ItemResult:
-    held = agreement(item.response, base.response)
-    checks = {**item.checks, "agreement_chrf": held.chrf,
-              "agreement_exact": float(held.exact),
-              "length_kept": float(length_kept(held.length_ratio, item.response)),
-              # a refusal that appears or disappears is a change either way
-              "refusal_kept": float(item.checks.get("refused") == base.checks.get("refused"))}
-    return replace(item, score=held.chrf, checks=checks)
+    held = _held([item.response, *item.draws], [base.response, *base.draws])
+    # a refusal that appears or disappears is a change either way (with n draws, the
+    # share of draws refused)
+    kept = 1.0 - abs(item.checks.get("refused", 0.0) - base.checks.get("refused", 0.0))
+    checks = {**item.checks, **held, "refusal_kept": kept}
+    return replace(item, score=held["agreement_chrf"], checks=checks)
 
 
 def _baseline_item(item: ItemResult) -> ItemResult:
     """The baseline's answer held against itself: 1 on every agreement measure; for a
-    sampled request, its second draw held against its first, so that the candidate's draw
-    is held to what sampling alone changes, not to a copy (suites/traffic_ask.py)."""
+    sampled request, its redraws held against its draws, so that the candidate's draws
+    are held to what sampling alone changes, not to a copy (suites/traffic_ask.py)."""
     if item.redraw is None:
         checks = {**item.checks, "agreement_chrf": 1.0, "agreement_exact": 1.0,
                   "length_kept": 1.0, "refusal_kept": 1.0}
         return replace(item, score=1.0, checks=checks)
-    held = agreement(item.redraw, item.response)
-    checks = {**item.checks, "agreement_chrf": held.chrf, "agreement_exact": float(held.exact),
-              "length_kept": float(length_kept(held.length_ratio, item.redraw)),
-              "refusal_kept": 1.0}
-    return replace(item, score=held.chrf, checks=checks)
+    held = _held([item.redraw, *item.redraws], [item.response, *item.draws])
+    checks = {**item.checks, **held, "refusal_kept": 1.0}
+    return replace(item, score=held["agreement_chrf"], checks=checks)
 
 
 def _unanswered(base: ItemResult) -> ItemResult:

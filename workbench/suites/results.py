@@ -22,8 +22,9 @@ _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 
 
 # Part of the baseline cache key: bump whenever score_response changes meaning, so cached
-# results scored the old way are not compared with new ones.
-SCORING_VERSION = 6
+# results scored the old way are not compared with new ones. 7: a sampled traffic request
+# is drawn its n times (a cached baseline drew it once).
+SCORING_VERSION = 7
 
 
 # The per-item checks each scoring records beside the score: what a gate's `metric` may name
@@ -58,6 +59,10 @@ class ItemResult:
     # a sampled traffic request's second draw, on the baseline's side (another seed): how
     # far its own draws agree is what the candidate's draw is held to (gate/traffic.py)
     redraw: str | None = None
+    # a sampled traffic request asking for n > 1 answers: the draws after the first, each
+    # with the next seed, on both sides; and on the baseline's, its redraws after the first
+    draws: tuple[str, ...] = ()
+    redraws: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -83,7 +88,9 @@ class SuiteResult:
     @classmethod
     def from_dict(cls, data: dict) -> SuiteResult:
         items = [ItemResult(**{**i, "slices": tuple(i["slices"]), "checks": i.get("checks", {}),
-                               "choice_probs": tuple(i.get("choice_probs", ()))})
+                               "choice_probs": tuple(i.get("choice_probs", ())),
+                               "draws": tuple(i.get("draws", ())),
+                               "redraws": tuple(i.get("redraws", ()))})
                  for i in data["items"]]
         if "generates" not in data:  # recorded before health checks: text, not choices
             data = {**data, "generates": data.get("kind") != "fidelity"
@@ -100,11 +107,20 @@ def without_answers(row: dict, key: bytes) -> dict:
     for field_name in ("response", "redraw"):
         text = out.pop(field_name, None)
         if isinstance(text, str):
-            out[f"{field_name}_hmac"] = hmac.new(key, text.encode(), hashlib.sha256).hexdigest()
+            out[f"{field_name}_hmac"] = _hmac(key, text)
             out[f"{field_name}_chars"] = len(text)
+    for field_name in ("draws", "redraws"):  # a request's further draws, each alike
+        texts = out.pop(field_name, None) or []
+        if texts:
+            out[f"{field_name}_hmac"] = [_hmac(key, t) for t in texts]
+            out[f"{field_name}_chars"] = [len(t) for t in texts]
     if isinstance(out.get("detail"), str):
         out["detail"] = out["detail"].split(":", 1)[0]
     return out
+
+
+def _hmac(key: bytes, text: str) -> str:
+    return hmac.new(key, text.encode(), hashlib.sha256).hexdigest()
 
 
 def score_response(scoring: str, response: str, answer: str) -> float:

@@ -84,40 +84,74 @@ async def _answer(client: httpx.AsyncClient, body: dict[str, Any], suite: Suite,
     return dict(resp.json())
 
 
+async def _draw(client: httpx.AsyncClient, body: dict[str, Any], seed: int, suite: Suite,
+                item: SuiteItem) -> tuple[str, bool, dict[str, Any]]:
+    """One answer to the request drawn with `seed`: its text (credentials redacted),
+    whether the engine cut it off, and the whole reply."""
+    payload = await _answer(client, {**body, "seed": seed}, suite, item)
+    choice = payload["choices"][0]
+    return (redact_secrets(choice["message"].get("content") or ""),
+            choice.get("finish_reason") == "length", payload)
+
+
+def _checked_draws(item: SuiteItem, draws: list[tuple[str, bool]]
+                   ) -> tuple[dict[str, float], str]:
+    """Each check as the share of the draws that meet it (one draw: 0 or 1, as for any
+    suite), and the first unhealthy draw's reason, else the first draw's."""
+    assert item.request is not None
+    each = [answer_checks(text, item.prompt, item.request.schema, truncated=cut)
+            for text, cut in draws]
+    checks = {name: sum(c[name] for c, _ in each) / len(each) for name in each[0][0]}
+    reasons = [reason for c, reason in each if not c["healthy"]]
+    return checks, reasons[0] if reasons else each[0][1]
+
+
 async def ask_request(client: httpx.AsyncClient, model: str, suite: Suite, item: SuiteItem,
                       seed: int, reference: str | None = None) -> ItemResult:
     """One request answered, checked, and its reference answer's likelihood measured: the
     baseline's answer (`reference`, on the candidate's side), or this model's own (None).
-    A sampled request is drawn once more on the baseline's side, with the next seed."""
-    assert item.request is not None  # a traffic suite's items carry their request
-    body = request_body(model, item.request, suite.spec.max_tokens, seed)
+    A sampled request is drawn its `n` times (seeds seed .. seed + n - 1) on both sides,
+    and n times more on the baseline's (the seeds after those): its redraws, which hold
+    the candidate's draws to what sampling alone changes (gate/traffic.py). A greedy one
+    is drawn once, whatever its n: every draw would be the same."""
+    request = item.request
+    assert request is not None  # a traffic suite's items carry their request
+    body = request_body(model, request, suite.spec.max_tokens, seed)
+    n = request.n if request.sampled else 1
     start = time.perf_counter()
-    payload = await _answer(client, body, suite, item)
+    text, cut, payload = await _draw(client, body, seed, suite, item)
     latency = time.perf_counter() - start
-    choice = payload["choices"][0]
-    text = redact_secrets(choice["message"].get("content") or "")
-    redraw = None
-    if item.request.sampled and reference is None:
-        again = await _answer(client, {**body, "seed": seed + 1}, suite, item)
-        redraw = redact_secrets(again["choices"][0]["message"].get("content") or "")
-    checks, health = answer_checks(text, item.prompt, item.request.schema,
-                                   truncated=choice.get("finish_reason") == "length")
-    if item.request.sampled:
+    draws = [(text, cut)] + [(t, c) for t, c, _ in [
+        await _draw(client, body, seed + k, suite, item) for k in range(1, n)]]
+    redraws = [t for t, _, _ in [await _draw(client, body, seed + n + k, suite, item)
+                                 for k in range(n)]] \
+        if request.sampled and reference is None else []
+    checks, health = _checked_draws(item, draws)
+    if request.sampled:
         checks["sampled"] = 1.0
+    likely = await _likelihood(client, model, suite, item, text if reference is None
+                               else reference, seed)
+    if likely is not None:
+        checks["baseline_answer_likelihood"] = likely
+    return ItemResult(id=item.id, slices=item.slices, prompt_sha256=request.digest,
+                      response=text, score=0.0, latency_s=round(latency, 4),
+                      completion_tokens=int(payload.get("usage", {}).get("completion_tokens",
+                                                                         0)),
+                      checks=checks, health=health,
+                      redraw=redraws[0] if redraws else None,
+                      draws=tuple(t for t, _ in draws[1:]), redraws=tuple(redraws[1:]))
+
+
+async def _likelihood(client: httpx.AsyncClient, model: str, suite: Suite, item: SuiteItem,
+                      answer: str, seed: int) -> float | None:
+    """answer_likelihood of the reference answer, None where the engine cannot score it."""
+    assert item.request is not None
     try:
-        likely = await answer_likelihood(client, model, item.request,
-                                         text if reference is None else reference, seed)
+        return await answer_likelihood(client, model, item.request, answer, seed)
     except httpx.HTTPStatusError as err:
         if err.response.status_code != 400:
             raise InfraError(f"engine answered HTTP {err.response.status_code} scoring suite "
                              f"{suite.name} request {item.id} (body withheld)") from err
         # an answer that fills the context, or a template that rewrites it: not scored,
         # on both sides alike (the same text through the same template)
-        likely = None
-    if likely is not None:
-        checks["baseline_answer_likelihood"] = likely
-    return ItemResult(id=item.id, slices=item.slices, prompt_sha256=item.request.digest,
-                      response=text, score=0.0, latency_s=round(latency, 4),
-                      completion_tokens=int(payload.get("usage", {}).get("completion_tokens",
-                                                                         0)),
-                      checks=checks, health=health, redraw=redraw)
+        return None
