@@ -8,6 +8,7 @@ import json
 import os
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from rich.console import Console
@@ -115,19 +116,22 @@ ARITHMETIC = {"suite": "arithmetic", "version": "1", "digest": "d", "n": 0, "acc
               "slices": {}, "items_file": "items-arithmetic.jsonl", "items": []}
 
 
+SUITE = SimpleNamespace(spec=SimpleNamespace(runs=lambda: [("arithmetic", False)]))
+
+
 def _bound(monkeypatch, tmp_path: Path, binding: str, fake: _Sessions,
-           load_test: bool = True) -> Measurement:
+           load_test: bool = True, done: dict | None = None) -> Measurement:
     monkeypatch.setattr(sessions, "measure", fake)
-    return sessions.measure_bound(binding, _cfg(), "candidate", tmp_path, "m", [], ["suite"],
+    return sessions.measure_bound(binding, _cfg(), "candidate", tmp_path, "m", [], [SUITE],
                                   [], tmp_path, tmp_path, Console(quiet=True), "cpu",
-                                  load_test=load_test)
+                                  load_test=load_test, done=done)
 
 
 def test_on_every_core_the_load_test_runs_in_a_session_of_its_own(monkeypatch,
                                                                     tmp_path) -> None:
     fake = _Sessions()
     m = _bound(monkeypatch, tmp_path, "every-core", fake)
-    assert fake.calls == [{"suites": ["suite"], "binding": "every-core", "load_test": True},
+    assert fake.calls == [{"suites": [SUITE], "binding": "every-core", "load_test": True},
                           {"suites": [], "binding": "vllm", "load_test": True}]
     # the answers from the first session, the load and its headroom from the second
     assert list(m.suites) == ["arithmetic"] and m.load.boundary == "measured"
@@ -140,7 +144,7 @@ def test_on_every_core_the_load_test_runs_in_a_session_of_its_own(monkeypatch,
 def test_on_vllms_binding_one_session_does_both_as_before(monkeypatch, tmp_path) -> None:
     fake = _Sessions()
     _bound(monkeypatch, tmp_path, "vllm", fake)
-    assert fake.calls == [{"suites": ["suite"], "binding": "vllm", "load_test": True}]
+    assert fake.calls == [{"suites": [SUITE], "binding": "vllm", "load_test": True}]
 
 
 def test_a_stopped_candidate_or_one_with_no_load_test_takes_no_second_session(
@@ -176,3 +180,47 @@ def test_decision_md_says_where_the_suites_computed_and_the_schema_takes_it() ->
                         json.loads(schema_file().read_text()))
     older = replace(rec, device={k: v for k, v in rec.device.items() if k != "suite_binding"})
     assert "every core" not in render_markdown(older)
+
+
+def test_a_resumed_candidate_with_every_suite_measured_takes_one_session(monkeypatch,
+                                                                         tmp_path) -> None:
+    """A stopped run resumed with --measure-all after its last suite: nothing is left for
+    a session on every core, so its load test runs in one session, as before."""
+    fake = _Sessions()
+    _bound(monkeypatch, tmp_path, "every-core", fake,
+           done={"arithmetic": SuiteResult.from_dict(ARITHMETIC)})
+    assert [c["binding"] for c in fake.calls] == ["vllm"]
+
+
+def test_suites_on_other_cores_are_not_comparable() -> None:
+    from workbench.gate.comparability import comparability
+
+    def info(binding: str | None) -> ServerInfo:
+        facts = {"binding": binding} if binding else {}
+        return ServerInfo(model_path="m", served_name="m", device="cpu", command=[],
+                          cold_start_s=1.0, log_file="log", device_facts=facts)
+
+    def cores_check(base: ServerInfo, cand: ServerInfo) -> dict:
+        section, outcome = comparability(base, cand, {}, {})
+        [check] = [c for c in section["checks"] if c["what"] == "suites' cores"]
+        return {**check, "outcome": outcome.status, "detail": outcome.detail}
+
+    assert cores_check(info(None), info("vllm"))["same"]  # before bindings: vLLM's
+    differ = cores_check(info("vllm"), info("every-core"))
+    assert not differ["same"] and differ["outcome"] == "fail"
+    assert "suites' cores differs (vllm vs every-core)" in differ["detail"]
+
+
+def test_engines_that_share_their_host_keep_vllms_binding(tmp_path) -> None:
+    """A sweep fanned out over Ray: its tasks' engines share a node, and none takes every
+    core (sweep/fanout.py)."""
+    from workbench.config.gate_policy import GatePolicy
+    from workbench.plan.plan import Plan
+
+    (tmp_path / "model.safetensors").write_bytes(b"\0" * EVERY_CORE_MIN_WEIGHTS)
+    cfg = _cfg(suite_binding="every-core").model_copy(
+        update={"model": _cfg().model.model_copy(update={"path": str(tmp_path)})})
+    alone = Plan(cfg, "c", "cpu", GatePolicy(), [], [])
+    shared = Plan(cfg, "c", "cpu", GatePolicy(), [], [], shared_host=True)
+    assert alone.suite_binding == "every-core" and shared.suite_binding == "vllm"
+    assert shared.variant(cfg, "c", None).suite_binding == "vllm"

@@ -112,7 +112,7 @@ def _device_checks(base: ServerInfo, cand: ServerInfo) -> list[ComparabilityChec
     checks = [_check(what, b[key], c[key]) for what, key in (
         ("device", "device"), ("suite requests in flight", "suite_in_flight"),
         ("batch-invariant kernels", "batch_invariant"), ("serving dtype", "serve_dtype"),
-        ("engine platform", "platform"))]
+        ("engine platform", "platform"), ("suites' cores", "binding"))]
     if base.endpoint or cand.endpoint:
         for check in checks:
             if check["what"] != "suite requests in flight":
@@ -142,7 +142,10 @@ def device_facts_of(info: ServerInfo) -> dict[str, str]:
             # vLLM's own choice, as its log said it (serve/engine_log.py): AMD Zen's, or
             # its default for the device; a baseline cached before zentorch was installed
             # ran on another platform than a candidate served after
-            "platform": info.kernels.get("platform", "default")}
+            "platform": info.kernels.get("platform", "default"),
+            # the cores the suites computed on (measure/sessions.py); vLLM's own binding in
+            # measurements made before the suites could have every core
+            "binding": str(facts.get("binding", "vllm"))}
 
 
 def comparability(base: ServerInfo | None, cand: ServerInfo | None,

@@ -7,7 +7,8 @@ renders with str() (vllm/config/cache.py `CacheConfig.metrics_info`, 0.32), so a
 platform leaves unset reads "None": on CUDA `kv_cache_memory_bytes` does unless the user
 set it. Such a label is absent here (None), never 0 taken for a measurement.
 
-Peaks are sampled while the suites and the load test run: the engine process group's
+Peaks are sampled while the suites and the load test run (the load test alone where the
+suites had a session of their own, measure/sessions.py): the engine process group's
 resident memory from /proc (CPU); on a GPU the device memory held by the engine's own
 processes (NVML, per process: not another tenant's) and the least free memory left on its
 devices, which is the headroom that means something there: vLLM preallocates

@@ -100,11 +100,14 @@ def baseline_entry(p: Plan) -> Path:
 
 
 def measure_baseline_suites(p: Plan, out_dir: Path, console: Console) -> Measurement:
-    """The baseline measured in full (suites and load) and its suites cached for every
-    later candidate; a fanned-out sweep's first Ray task runs this too."""
+    """The baseline measured (suites and load) and its suites cached for every later
+    candidate; a fanned-out sweep's first Ray task runs this too. With the suites on every
+    core, the suites alone: its load session comes after the candidate's suites, as a
+    cached baseline's does (_with_load), and not at all if the candidate is stopped."""
     m = measure_bound(p.suite_binding, p.cfg, "baseline", p.model_dir,
                       served_name(p, "baseline"), [], p.suites, p.requests, p.model_dir,
-                      out_dir, console, p.device, further=p.further)
+                      out_dir, console, p.device, further=p.further,
+                      load_test=_load_with_suites(p))
     store_in_cache(out_dir, baseline_entry(p))
     return m
 
@@ -123,13 +126,21 @@ def _baseline(p: Plan, run_dir: Path, console: Console) -> tuple[Measurement, bo
     hit = load_cached(cached, lambda why: console.print(
         f"[yellow]![/] cached baseline results dropped, measuring again: {escape(why)}"))
     if hit is None:
-        console.print("[bold]baseline[/]: measuring (cached afterwards)")
-        return measure_baseline_suites(p, out_dir, console), False
+        console.print("[bold]baseline[/]: measuring (cached afterwards)" + (
+            "" if _load_with_suites(p) else "; its suites on every core, its load test "
+            "after the candidate's suites, on vLLM's binding"))
+        return measure_baseline_suites(p, out_dir, console), not _load_with_suites(p)
     shutil.copytree(cached, out_dir, dirs_exist_ok=True)
     console.print(f"[green]✓[/] baseline: reused cached results ({cached}); its load "
                   "test runs again after the candidate's suites, beside the candidate's "
                   "(latency is compared only between sessions measured together)")
     return hit, True
+
+
+def _load_with_suites(p: Plan) -> bool:
+    """The baseline's load test runs in its suites' session (on vLLM's binding), not in a
+    session of its own after the candidate's suites (measure/sessions.py)."""
+    return p.suite_binding == "vllm"
 
 
 def _candidate(p: Plan, q: QuantizeResult, run_dir: Path, console: Console,
@@ -190,7 +201,9 @@ def _with_load(p: Plan, q: QuantizeResult, base: Measurement, cand: Measurement,
         return base, cand
     if base_cached:
         fresh = _load_session(p, "baseline", p.model_dir, [], out_dir, console)
-        base = replace(base, load=fresh.load, further_load=fresh.further_load)
+        # a baseline whose suites' session ran no load test has its headroom from this one
+        base = replace(base, load=fresh.load, further_load=fresh.further_load,
+                       headroom=base.headroom or fresh.headroom)
         write_json(out_dir / MEASUREMENT_FILE, base.to_dict())
     return _later_rounds(p, q, base, cand, run_dir, console)
 

@@ -37,7 +37,8 @@ def measure_bound(binding: Binding, cfg: RunConfig, role: str, model_dir: Path, 
     """measure() with the suites on `binding`: on vLLM's, one session for the suites and
     the load test, as before; on every core, a session for the suites and, unless the
     candidate was stopped or runs none, one on vLLM's binding for the load test."""
-    if binding == "vllm" or not suites or cfg.endpoints.of(role) is not None:
+    left = [name for s in suites for name, _ in s.spec.runs() if name not in (done or {})]
+    if binding == "vllm" or not left or cfg.endpoints.of(role) is not None:
         return measure(cfg, role, model_dir, served, extra_args, suites, requests,
                        tokenizer_dir, out_dir, console, device, further=further, watch=watch,
                        done=done, load_test=load_test, references=references)

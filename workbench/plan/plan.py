@@ -62,7 +62,7 @@ class Plan:
                  suites: list[Suite], requests: list[Request],
                  split: ItemSplit | None = None,
                  further: dict[str, list[Request]] | None = None,
-                 look_deadline: float | None = None) -> None:
+                 look_deadline: float | None = None, shared_host: bool = False) -> None:
         self.cfg = cfg
         self.device = device
         self.candidate_name = candidate
@@ -84,11 +84,16 @@ class Plan:
         # time.perf_counter() past which no second look may end (a tune's --max-hours):
         # pipeline/look_cost.py skips one that would, by the first look's own rates
         self.look_deadline = look_deadline
+        # the run's engines share their host with others (a sweep fanned out over Ray):
+        # none may take every core
+        self.shared_host = shared_host
 
     @functools.cached_property
     def suite_binding(self) -> Binding:
         """Where both models' suites compute (serve/device.suite_binding): decided once,
         from the baseline's weights, so that both sides answer theirs alike."""
+        if self.shared_host:
+            return "vllm"
         return suite_binding(self.device, self.cfg.engine, weights_bytes(self.model_dir),
                              len(os.sched_getaffinity(0)))
 
@@ -97,13 +102,13 @@ class Plan:
         """Another candidate of the same checked run (a tune trial, whose config adds it),
         judged on a half of the items or on all of them."""
         return Plan(cfg, candidate, self.device, self.policy, self.suites, self.requests,
-                    split, self.further, look_deadline)
+                    split, self.further, look_deadline, self.shared_host)
 
     def at_profile(self, profile: Literal["smoke", "full"]) -> Plan:
         """The same run measuring another profile of its suites (a second look)."""
         return Plan(self.cfg.with_profile(profile), self.candidate_name, self.device,
                     self.policy, self.suites, self.requests, self.split, self.further,
-                    self.look_deadline)
+                    self.look_deadline, self.shared_host)
 
     def growing_runs(self) -> set[str]:
         """The suite runs (a guided run under its own name) that have items this
@@ -282,4 +287,4 @@ def plan(cfg: RunConfig, candidate: str, outputs: Outputs, device: str | None = 
     assert policy is not None and len(made) == len(requests)
     own, *rest = cfg.load.gated
     return Plan(cfg, candidate, device, policy, suites, made[own],
-                further={name: made[name] for name in rest})
+                further={name: made[name] for name in rest}, shared_host=cluster is not None)

@@ -156,7 +156,9 @@ def _task_plan(config_path: str, profiles: Profiles, candidate: str, device: str
         cfg = cfg.with_load_profile(load_profile)
     if cfg.profile != profile:
         cfg = cfg.with_profile(profile)  # type: ignore[arg-type]  # the driver's, checked
-    return plan(cfg, candidate, Outputs(), device)
+    p = plan(cfg, candidate, Outputs(), device)
+    p.shared_host = True  # a task's engines share the node: on vLLM's binding
+    return p
 
 
 def _baseline_entry_task(config_path: str, profiles: Profiles, candidate: str, device: str
