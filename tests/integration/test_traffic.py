@@ -63,8 +63,7 @@ load:
   profile: tiny
   rounds: 1
   profiles:
-    tiny: {{concurrency: [1], num_prompts: 4, prompt_tokens: 32, output_tokens: 8,
-           warmup_prompts: 1}}
+    tiny: {{from_suite: {traffic}, arrival_rate: 4, num_prompts: 4, warmup_prompts: 1}}
 gates: gates.yaml
 tracking: {{experiment: traffic}}
 """
@@ -101,6 +100,13 @@ def test_own_traffic_passes_an_aa_and_fails_a_looping_model_and_keeps_prompts_pr
     assert all(g["status"] == "pass" for g in traffic.values()), traffic
     pair = same["suites"]["my-traffic"]
     assert pair["baseline"]["accuracy"] == 1.0 == pair["candidate"]["accuracy"]
+    # the load test replayed the same traffic: its prompts through the chat template,
+    # its outputs the requests' max_tokens (the suite's 48 where a request names none)
+    replay = same["load"]["baseline"]
+    assert replay["profile"]["from_suite"] == str(tmp_path / "my-traffic")
+    assert replay["workload"]["mode"] == "trace" and replay["workload"]["requests_per_level"] == 4
+    assert replay["workload"]["output_tokens"]["max"] <= 48
+    assert replay["workload"]["prompt_tokens"]["min"] > 8 and replay["levels"]
     assert pair["candidate"]["metrics"]["agreement_exact"] == 1.0
 
     looping = record(tmp_path, "looping")

@@ -110,6 +110,17 @@ class LoadProfile(StrictModel):
     trace: str | None = Field(
         default=None, description="Replay a JSONL trace (docs/load.md): arrival offsets, "
                                   "prompt and output tokens per request")
+    from_suite: str | None = Field(
+        default=None, description="Replay a traffic suite's own requests, as `workbench "
+        "traffic-trace` writes them (docs/traffic.md, 'Load from the same traffic'): each "
+        "prompt through the model's chat template and tokenizer, what the prompts share, the "
+        "log's arrival times (or Poisson at arrival_rate); levels as for trace")
+    arrival_rate: float | None = Field(
+        default=None, gt=0, description="from_suite: Poisson arrivals per second, seeded "
+                                        "(default: the log's timestamps)")
+    answers: str | None = Field(
+        default=None, description="from_suite: a run's baseline/items-<suite>.jsonl, whose "
+        "answers' lengths are the output tokens (default: each request's max_tokens)")
     replay_speed: list[float] = Field(
         default=[1.0], min_length=1, description="trace: one level per time compression")
     burstiness: float = Field(default=1.0, gt=0, description="request_rate: gamma shape of "
@@ -154,11 +165,15 @@ class LoadProfile(StrictModel):
 
     @model_validator(mode="after")
     def _one_mode(self) -> LoadProfile:
-        given = [k for k in ("concurrency", "request_rate", "trace") if getattr(self, k)]
+        given = [k for k in ("concurrency", "request_rate", "trace", "from_suite")
+                 if getattr(self, k)]
         if len(given) != 1:
             raise ValueError("give exactly one of concurrency (a sweep), request_rate "
-                             "(arrivals per second) or trace (a replay file); got "
-                             f"{given or 'none'}")
+                             "(arrivals per second), trace (a replay file) or from_suite (a "
+                             f"traffic suite replayed); got {given or 'none'}")
+        extra = [k for k in ("arrival_rate", "answers") if getattr(self, k) is not None]
+        if extra and not self.from_suite:
+            raise ValueError(f"{', '.join(extra)}: for a traffic suite's replay (from_suite)")
         if self.capacity is not None and (self.slo is None or self.mode == "trace"):
             raise ValueError("capacity: the search needs an slo to hold and a concurrency or "
                              "request_rate profile to vary")
@@ -178,6 +193,11 @@ class LoadProfile(StrictModel):
         return "concurrency" if self.concurrency else "rate" if self.request_rate else "trace"
 
     @property
+    def replays(self) -> bool:
+        """Its requests are a trace's, a file's or a traffic suite's (from_suite)."""
+        return bool(self.trace or self.from_suite)
+
+    @property
     def levels(self) -> list[float]:
         return list(self.concurrency or self.request_rate or self.replay_speed)
 
@@ -194,7 +214,7 @@ class LoadProfile(StrictModel):
     @property
     def requests_per_level(self) -> int | None:
         """None: every request of the trace."""
-        return self.num_prompts or (None if self.trace else 16)
+        return self.num_prompts or (None if self.replays else 16)
 
 
 # Built-in workloads, sized for one data-centre GPU serving a model of a few billion

@@ -238,7 +238,7 @@ class RunConfig(StrictModel):
         for name in self.load.gated:
             w = self.load.profiles[name]
             longest = w.longest_request_tokens
-            if w.trace or longest <= self.engine.max_model_len:
+            if w.replays or longest <= self.engine.max_model_len:
                 continue
             turns = f", over {w.conversation.turns} conversation turns" if w.conversation else ""
             raise ValueError(

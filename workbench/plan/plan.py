@@ -36,6 +36,7 @@ from workbench.plan.checks import (
 from workbench.plan.context import context_problems
 from workbench.plan.device_checks import device_problems
 from workbench.plan.judge_checks import judge_problems
+from workbench.plan.traffic_load import replayed_requests
 from workbench.quantize.checks import candidate_problems, serving_problem
 from workbench.quantize.formats import format_of_candidate, served_dense
 from workbench.serve.device import Binding, suite_binding
@@ -239,6 +240,8 @@ def _serving_problems(cfg: RunConfig, name: str, device: str) -> list[str]:
 def _profile_requests(cfg: RunConfig, name: str) -> list[Request]:
     """A profile's requests, as the load test will send them (a trace read line by line)."""
     profile = cfg.with_load_profile(name).workload
+    if profile.from_suite:
+        return replayed_requests(cfg, name, profile)
     trace = cfg.resolve(profile.trace) if profile.trace else None
     return level_requests(profile, trace, cfg.engine.max_model_len)
 

@@ -1,0 +1,93 @@
+"""A load profile that replays a traffic suite (`from_suite`, issue 49 item 4): its
+requests derived as `workbench traffic-trace` derives them (the model's own chat template
+and tokenizer, the log's arrivals or Poisson ones, the answers' lengths), inside the plan
+that validate and evaluate share, and bad values refused naming the field."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from conftest import USER_CACHE
+from pydantic import ValidationError
+from test_traffic_suite import REQUESTS, traffic_folder
+
+from workbench.config.load import LoadProfile
+from workbench.config.run_config import RunConfig
+from workbench.loadtest.from_traffic import RequestShape, traffic_trace
+from workbench.mechanisms.errors import InputError
+from workbench.plan.traffic_load import _token_ids, replayed_requests
+from workbench.suites.definition import load_suite
+
+REAL_MODEL = USER_CACHE / "models" / "SmolLM2-135M-Instruct"  # its tokenizer and template
+
+
+@pytest.fixture()
+def tokenizer_model(tmp_path: Path) -> Path:
+    if not (REAL_MODEL / "tokenizer.json").is_file():
+        pytest.skip("the default model's tokenizer is not set up (scripts/setup-tests.sh)")
+    model = tmp_path / "model"
+    model.mkdir()
+    for f in REAL_MODEL.iterdir():
+        if f.suffix in (".json", ".jinja") and f.is_file():
+            shutil.copy(f, model / f.name)
+    return model
+
+
+def _cfg(model: Path, profile: dict) -> RunConfig:
+    return RunConfig.model_validate({
+        "model": {"name": "m", "path": str(model)}, "candidates": {"c": {"recipe": "none"}},
+        "calibration": {"files": ["c.jsonl"]}, "engine": {"max_model_len": 2048},
+        "suites": ["arithmetic"], "gates": "g.yaml",
+        "load": {"profile": "traffic", "profiles": {"traffic": profile}}})
+
+
+def test_a_traffic_suite_replayed_as_traffic_trace_would_write_it(tokenizer_model: Path,
+                                                                   tmp_path: Path) -> None:
+    from transformers import AutoTokenizer
+
+    folder = traffic_folder(tmp_path, REQUESTS)
+    cfg = _cfg(tokenizer_model, {"from_suite": str(folder), "arrival_rate": 2.0, "seed": 4})
+    replayed = replayed_requests(cfg, "traffic", cfg.load.profiles["traffic"])
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_model)
+    shapes = [RequestShape(i.id, _token_ids(tokenizer, i.request), i.request.max_tokens,
+                           None) for i in load_suite(str(folder)).items if i.request]
+    expected = traffic_trace(shapes, 64, None, 2.0, 4).requests
+    assert replayed == expected and len(replayed) == len(REQUESTS)
+    # each prompt as the engine receives it: the chat template's tokens, not the text's
+    assert sorted(r.prompt_tokens for r in replayed) == sorted(len(s.tokens) for s in shapes)
+    assert sorted(r.output_tokens for r in replayed) == [40, 64, 64, 64]  # max_tokens
+    # the answers' lengths where a run's items file gives them
+    answers = tmp_path / "items.jsonl"
+    answers.write_text("".join(json.dumps({"id": r["id"], "completion_tokens": 9}) + "\n"
+                               for r in REQUESTS))
+    cfg = _cfg(tokenizer_model, {"from_suite": str(folder), "arrival_rate": 2.0,
+                                 "answers": str(answers)})
+    assert {r.output_tokens for r in replayed_requests(cfg, "traffic",
+                                                       cfg.load.profiles["traffic"])} == {9}
+
+
+def test_a_replay_of_what_is_not_a_traffic_suite_names_the_field(tokenizer_model: Path,
+                                                                  tmp_path: Path) -> None:
+    cfg = _cfg(tokenizer_model, {"from_suite": "arithmetic", "arrival_rate": 1.0})
+    with pytest.raises(InputError, match=r"load.profiles.traffic.from_suite: arithmetic is a "):
+        replayed_requests(cfg, "traffic", cfg.load.profiles["traffic"])
+    cfg = _cfg(tokenizer_model, {"from_suite": "no-such-suite"})
+    with pytest.raises(InputError, match=r"load.profiles.traffic.from_suite: suite 'no-such"):
+        replayed_requests(cfg, "traffic", cfg.load.profiles["traffic"])
+    folder = traffic_folder(tmp_path, REQUESTS)  # no timestamps, and no rate to draw them
+    cfg = _cfg(tokenizer_model, {"from_suite": str(folder)})
+    with pytest.raises(InputError, match=r"load.profiles.traffic.arrival_rate: 4 of 4 "
+                       "requests have no timestamp"):
+        replayed_requests(cfg, "traffic", cfg.load.profiles["traffic"])
+
+
+def test_a_replay_is_one_mode_and_its_fields_need_it() -> None:
+    with pytest.raises(ValidationError, match="give exactly one of"):
+        LoadProfile(from_suite="t", trace="t.jsonl")
+    with pytest.raises(ValidationError, match="arrival_rate: for a traffic suite's replay"):
+        LoadProfile(concurrency=[1], arrival_rate=2.0)
+    replay = LoadProfile(from_suite="t")
+    assert replay.mode == "trace" and replay.requests_per_level is None
