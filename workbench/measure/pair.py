@@ -31,6 +31,7 @@ from workbench.measure.cache import (
 )
 from workbench.measure.measurement import (
     MEASUREMENT_FILE,
+    NOT_MEASURED,
     Measurement,
     measure,
     not_measured_load,
@@ -201,9 +202,13 @@ def _with_load(p: Plan, q: QuantizeResult, base: Measurement, cand: Measurement,
         return base, cand
     if base_cached:
         fresh = _load_session(p, "baseline", p.model_dir, [], out_dir, console)
-        # a baseline whose suites' session ran no load test has its headroom from this one
+        # a baseline whose suites' session ran no load test (its suites on every core) has
+        # its headroom from this one, and this session's time is part of its own
+        alone = base.load.boundary == NOT_MEASURED
         base = replace(base, load=fresh.load, further_load=fresh.further_load,
-                       headroom=base.headroom or fresh.headroom)
+                       headroom=base.headroom or fresh.headroom,
+                       wall_time_s=round(base.wall_time_s + fresh.wall_time_s, 2) if alone
+                       else base.wall_time_s)
         write_json(out_dir / MEASUREMENT_FILE, base.to_dict())
     return _later_rounds(p, q, base, cand, run_dir, console)
 
