@@ -91,3 +91,27 @@ def test_a_replay_is_one_mode_and_its_fields_need_it() -> None:
         LoadProfile(concurrency=[1], arrival_rate=2.0)
     replay = LoadProfile(from_suite="t")
     assert replay.mode == "trace" and replay.requests_per_level is None
+
+
+def test_validate_counts_a_traffic_request_as_the_engine_receives_it(tokenizer_model: Path,
+                                                                      tmp_path: Path) -> None:
+    """The context check renders a request's every turn and tool through the model's chat
+    template: the prompt it counts is the one transformers' template gives, to the token."""
+    from transformers import AutoTokenizer
+
+    from workbench.plan.context import context_problems
+
+    longest = {**REQUESTS[2], "messages": [{"role": "user", "content": "Weather? " * 60}]}
+    folder = traffic_folder(tmp_path, [longest])
+    suite = load_suite(str(folder))
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_model)
+    sent = len(_token_ids(tokenizer, suite.items[0].request))
+    for limit, refused in ((sent, True), (sent + 1, False)):  # the prompt and one token
+        cfg = _cfg(tokenizer_model, {"concurrency": [1]}).model_copy(update={
+            "engine": _cfg(tokenizer_model, {"concurrency": [1]}).engine.model_copy(
+                update={"max_model_len": limit})})
+        problems = context_problems(cfg, [suite])
+        assert bool(problems) is refused, (limit, problems)
+    assert f"needs {sent + 1} tokens (its turns and tools through the chat template" \
+        in context_problems(cfg.model_copy(update={"engine": cfg.engine.model_copy(
+            update={"max_model_len": sent})}), [suite])[0]

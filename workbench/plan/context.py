@@ -41,14 +41,14 @@ def _chat_template(model_dir: Path) -> str | None:
     return template if isinstance(template, str) else None
 
 
-def chat_overhead(model_dir: Path, tok: Any, system_prompt: str | None) -> int:
-    """Tokens the chat template adds around one user message (with the suite's system
-    prompt): rendered with jinja2 in a sandbox, as transformers renders chat templates,
-    and counted with the model's tokenizer. CHAT_TEMPLATE_MARGIN when the template
-    cannot be read or rendered here."""
+def _rendered(model_dir: Path, messages: list[dict[str, Any]],
+              tools: list[dict[str, Any]] | None = None) -> str | None:
+    """The model's chat template rendered over these turns (and tools), as the engine
+    renders it before the answer: with jinja2 in a sandbox, as transformers renders chat
+    templates. None when the template cannot be read or rendered here."""
     template = _chat_template(model_dir)
     if template is None:
-        return CHAT_TEMPLATE_MARGIN
+        return None
     from jinja2 import TemplateError
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
@@ -57,12 +57,22 @@ def chat_overhead(model_dir: Path, tok: Any, system_prompt: str | None) -> int:
 
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
     env.globals["raise_exception"] = raise_exception
+    try:
+        return env.from_string(template).render(messages=messages, tools=tools,
+                                                add_generation_prompt=True,
+                                                bos_token="", eos_token="")
+    except Exception:  # noqa: BLE001 - any template we cannot render here
+        return None
+
+
+def chat_overhead(model_dir: Path, tok: Any, system_prompt: str | None) -> int:
+    """Tokens the chat template adds around one user message (with the suite's system
+    prompt), counted with the model's tokenizer; CHAT_TEMPLATE_MARGIN when the template
+    cannot be read or rendered here."""
     messages = ([{"role": "system", "content": system_prompt}] if system_prompt else []) + [
         {"role": "user", "content": "x"}]
-    try:
-        text = env.from_string(template).render(messages=messages, add_generation_prompt=True,
-                                                bos_token="", eos_token="")
-    except Exception:  # noqa: BLE001 - any template we cannot render here: the margin
+    text = _rendered(model_dir, messages)
+    if text is None:
         return CHAT_TEMPLATE_MARGIN
     return max(0, len(tok.encode(text).ids) - len(tok.encode("x").ids))
 
@@ -74,6 +84,19 @@ def _text(item: SuiteItem) -> str:
     turns = [m.get("content") for m in item.request.messages]
     parts = [t if isinstance(t, str) else json.dumps(t) for t in turns if t]
     return "\n".join(parts + [json.dumps(list(item.request.tools))] * bool(item.request.tools))
+
+
+def _request_tokens(model_dir: Path, tok: Any, item: SuiteItem, overhead: int
+                    ) -> tuple[int, str]:
+    """A traffic request's prompt as the engine receives it: every turn and tool through
+    the chat template; where the template cannot be rendered here, its text with the
+    template's overhead for one turn (an approximation, said so)."""
+    assert item.request is not None
+    text = _rendered(model_dir, list(item.request.messages), list(item.request.tools) or None)
+    if text is not None:
+        return len(tok.encode(text).ids), "its turns and tools through the chat template"
+    return (len(tok.encode(_text(item)).ids) + overhead,
+            f"its text, {overhead} of the chat template")
 
 
 def context_problems(cfg: RunConfig, suites: list[Suite]) -> list[str]:
@@ -108,6 +131,9 @@ def context_problems(cfg: RunConfig, suites: list[Suite]) -> list[str]:
                 what = "its prompt and longest choice"
             elif spec.scoring == "code":  # a raw completion: no chat template
                 need, what = prompt + 1, "its prompt and one generated token"
+            elif it.request is not None:
+                sent, what = _request_tokens(model_dir, tok, it, overhead)
+                need, what = sent + 1, f"{what} and one generated token"
             else:
                 need = prompt + overhead + 1
                 what = f"its prompt, {overhead} of the chat template and one generated token"
