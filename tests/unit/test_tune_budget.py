@@ -107,6 +107,21 @@ def test_a_stopped_trial_adds_the_load_test_its_timeline_shows(tmp_path: Path) -
     assert next_trial_s([stopped], suite_runs=2) == 170.0 + 40.0 + 2 * 90.0
 
 
+def test_a_stopped_trial_on_every_core_adds_its_load_sessions_starts(tmp_path: Path) -> None:
+    """Its suites on every core, each model's load test would have started an engine of its
+    own (measure/sessions.py): two more starts, as long as its longest."""
+    _timeline(tmp_path, 200, [
+        {"name": "baseline: engine start", "kind": "engine_start", "start_s": 0, "seconds": 45.0},
+        {"name": "candidate: arithmetic", "kind": "suite", "start_s": 50, "seconds": 40.0}])
+    stopped = SweepRow(candidate="t", status="decided", decision="reject", evaluate_s=200.0,
+                       measured_now=True, run_dir=str(tmp_path), stopped_by=["q"],
+                       not_measured=["long-context", "load test"])
+    vllm = next_trial_s([stopped], suite_runs=2)
+    (tmp_path / "decision.json").write_text(json.dumps({"device": {
+        "suite_binding": "every-core"}}))
+    assert next_trial_s([stopped], suite_runs=2) == vllm + 2 * 45.0
+
+
 def test_a_search_trial_carries_the_tunes_deadline_into_its_second_look() -> None:
     p = plan(load_config(DEFAULT), "int4", Outputs(runs_dir=None))
     trial = p.variant(p.cfg, "int4", ItemSplit("search", 0), look_deadline=1234.0)

@@ -64,10 +64,29 @@ def stopped_price(row: SweepRow, suite_runs: int) -> float:
     timing = Path(row.run_dir) / "timing.json" if row.run_dir else None
     load = _kind_seconds(timing, "load") if timing else None
     spans = _suite_seconds(timing) if timing else None
+    loads = 2 * (load or 60.0) + _load_sessions_s(row, timing)
     if spans is None or row.looks == 2:
-        return trial_price(row) * scale + 2 * (load or 60.0)
+        return trial_price(row) * scale + loads
     baseline, candidate = spans
-    return (row.evaluate_s or 0.0) - baseline + candidate * (scale - 1) + 2 * (load or 60.0)
+    return (row.evaluate_s or 0.0) - baseline + candidate * (scale - 1) + loads
+
+
+def _load_sessions_s(row: SweepRow, timing: Path | None) -> float:
+    """The engine starts a stopped trial's load tests would add where its suites ran on
+    every core: each model's load test then runs in a session of its own
+    (measure/sessions.py), as long to start as the longest start its timeline shows."""
+    if (_record(row).get("device") or {}).get("suite_binding") != "every-core":
+        return 0.0
+    start = _kind_seconds(timing, "engine_start") if timing else None
+    return 2 * (start or 60.0)
+
+
+def _record(row: SweepRow) -> dict:
+    """The trial's decision record ({} where it cannot be read)."""
+    try:
+        return dict(json.loads((Path(row.run_dir or "") / "decision.json").read_text()))
+    except (OSError, ValueError, TypeError):
+        return {}
 
 
 def trial_price(row: SweepRow) -> float:
@@ -91,11 +110,7 @@ def second_look_cut(row: SweepRow) -> bool:
     """Whether the trial's second look was due and not taken for want of the tune's hours
     (pipeline/look_cost.py): its decision is then its first look's, not what more items
     would have made it."""
-    try:
-        record = json.loads((Path(row.run_dir or "") / "decision.json").read_text())
-    except (OSError, ValueError):
-        return False
-    skipped = ((record.get("policy") or {}).get("looks") or {}).get("skipped") or ""
+    skipped = ((_record(row).get("policy") or {}).get("looks") or {}).get("skipped") or ""
     return DEADLINE_SKIP in skipped
 
 
