@@ -1,7 +1,7 @@
 """Cold and warm wall time of the main job (`workbench evaluate --candidate int4`).
 
     .venv/bin/python benchmarks/main_job.py [--candidate int4] [--config configs/default.yaml]
-        [--against OTHER_CHECKOUT] [--cold-only]
+        [--against OTHER_CHECKOUT] [--cold-only] [--out FILE]
 
 "Cold" runs with empty artifact and result caches (a scratch cache folder that links the
 real one's environments and converted model), so it quantises and measures both models;
@@ -80,6 +80,9 @@ def main() -> None:
     parser.add_argument("--against", type=Path, default=None,
                         help="another checkout (e.g. the current release), timed first")
     parser.add_argument("--cold-only", action="store_true")
+    parser.add_argument("--out", type=Path, default=None, help=(
+        "Also write the cold run's figures as JSON: wall time, exit code, decision, each "
+        "gate's status, each suite's scores and where its time went"))
     args = parser.parse_args()
 
     setup_s, setup_rc = timed(["bash", "scripts/setup.sh"], dict(os.environ), REPO)
@@ -97,8 +100,19 @@ def main() -> None:
         print(f"warm / cold:           {warm_s / cold_s:6.2f}")
     print(f"decisions:             {[r['decision'] for r in records]}")
     print("\n".join(stage_lines(records[0]["_timing"] if records else {})))
+    if args.out and records:
+        args.out.write_text(json.dumps(figures(cold_s, cold_rc, records[0]), indent=2))
     if other is not None:
         print("\n".join(side_by_side(args.against, other, cold_s, records)))
+
+
+def figures(cold_s: float, cold_rc: int, record: dict) -> dict:
+    """The cold run as --out keeps it: comparable gate by gate with another run's."""
+    return {"seconds": round(cold_s, 1), "exit": cold_rc, "decision": record.get("decision"),
+            "device": record.get("device"), "early_stop": record.get("early_stop"),
+            "gates": {g["gate"]: g["status"] for g in record.get("gates", [])},
+            "scores": {f"{suite}/{role}": v for (suite, role), v in scores(record).items()},
+            "by_kind": record["_timing"].get("by_kind", {})}
 
 
 def side_by_side(against: Path, other: tuple[float, int, float | None, list[dict]],
