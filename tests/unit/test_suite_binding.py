@@ -163,6 +163,7 @@ def test_the_record_states_where_the_suites_computed_on_a_cpu_only() -> None:
     # a measurement made before sessions had a binding ran on vLLM's
     assert host_facts("cpu", {})["suite_binding"] == "vllm"
     assert "suite_binding" not in host_facts("cuda", {})
+    assert "suite_binding" not in host_facts("cpu", {}, here=False)  # at an endpoint
 
 
 def test_decision_md_says_where_the_suites_computed_and_the_schema_takes_it() -> None:

@@ -204,7 +204,8 @@ def build_record(p: Plan, pair: MeasuredPair, report: GateReport, fidelity: dict
         model={"name": p.cfg.model.name, "path": str(p.model_dir),
                "digest": p.model_digest, "candidate_path": q.path,
                **({"hub": p.hub} if p.hub else {})},  # type: ignore[typeddict-item]
-        device=host_facts(p.device, cand.server.device_facts),  # type: ignore[arg-type]
+        device=host_facts(p.device, cand.server.device_facts,  # type: ignore[arg-type]
+                          not cand.server.endpoint),
         gates=report.gates,
         comparability=report.comparability,
         suites=suite_pairs(*report.sides, report.suites),

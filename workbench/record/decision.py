@@ -153,15 +153,17 @@ def worst_first(gates: list[GateOutcome]) -> list[GateOutcome]:
     return sorted(gates, key=lambda g: SEVERITY[g.status])
 
 
-def host_facts(device: str, facts: dict) -> dict:
-    """The host, and the device facts the candidate's engine ran with (ServerInfo's)."""
+def host_facts(device: str, facts: dict, here: bool = True) -> dict:
+    """The host, and the device facts the candidate's engine ran with (ServerInfo's); here:
+    that engine ran on this host (not at an endpoint, whose cores are not the run's)."""
     return {"kind": device, "cpu": cpu_model(), "cpu_count": os.cpu_count(),
             "vector_isa": cpu_vector_isa(), "platform": platform.platform(),
             "python": platform.python_version(), "gpus": facts.get("gpus"),
             "suite_in_flight": facts.get("suite_in_flight", CPU_IN_FLIGHT),
             "batch_invariant": facts.get("batch_invariant_why", "off"),
             "serve_dtype": facts.get("serve_dtype", "bfloat16"), "native_bf16": native_bf16(),
-            **({"suite_binding": facts.get("binding", "vllm")} if device == "cpu" else {})}
+            **({"suite_binding": facts.get("binding", "vllm")}
+               if device == "cpu" and here else {})}
 
 
 def record_metrics(rec: DecisionRecord) -> dict[str, float]:
