@@ -52,7 +52,8 @@ def _run(tmp_path: Path, model: Path, binding: str, workbench) -> Path:
     runs = tmp_path / f"runs-{binding}"
     result = workbench("evaluate", "--candidate", "aa", "--config", str(cfg),
                        "--runs-dir", str(runs), cwd=tmp_path)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    # a random model answers no arithmetic: its A/A cannot be promoted on it, only judged
+    assert result.returncode in (0, 1), result.stdout[-3000:] + result.stderr[-3000:]
     [run_dir] = [d for d in runs.iterdir() if d.is_dir()]
     return run_dir
 
@@ -79,7 +80,9 @@ def test_the_suites_on_every_core_answer_as_on_vllms_binding(tiny_model: Path, t
         pytest.skip("one core: vLLM's binding leaves nothing idle")
     every = _run(tmp_path, tiny_model, "every-core", workbench)
     record = json.loads((every / "decision.json").read_text())
-    assert record["decision"] == "promote"
+    assert record["decision"] != "reject"
+    [same] = [g for g in record["gates"] if g["gate"] == "comparability"]
+    assert same["status"] == "pass" and "suites' cores" in same["detail"]
     assert record["device"]["suite_binding"] == "every-core"
     assert "on every core" in (every / "decision.md").read_text()
     for role in ("baseline", "candidate"):

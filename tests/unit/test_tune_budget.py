@@ -142,3 +142,28 @@ def test_a_trial_stopped_in_its_second_look_is_priced_by_its_whole_first_look(
                                   not_measured=["long-context", "load test"])
     # its first look was whole: not grown by the suites its second look left out
     assert next_trial_s([stopped], suite_runs=4) == pytest.approx(150 - 100)
+
+
+def _built(folder: Path, name: str, build: float, suites: float) -> SweepRow:
+    folder.mkdir()
+    _timeline(folder, build + suites, [
+        {"name": f"quantise {name}", "kind": "quantise", "start_s": 0, "seconds": build},
+        {"name": "candidate: arithmetic", "kind": "suite", "start_s": build,
+         "seconds": suites}])
+    return SweepRow(candidate=name, status="decided", decision="reject",
+                    evaluate_s=build + suites, measured_now=True, run_dir=str(folder))
+
+
+def test_the_next_trial_is_priced_with_a_build_of_its_own_method(tmp_path: Path) -> None:
+    """An AWQ build on two cores takes several times a GPTQ one: after a slow AWQ trial, the
+    next GPTQ point is priced with the GPTQ build measured here, not the AWQ one."""
+    gptq = _built(tmp_path / "g", "int4", 190.0, 900.0)
+    awq = _built(tmp_path / "a", "int4-awq", 1700.0, 300.0)
+    method = {"int4": "gptq", "int4-awq": "awq", "int4-gptq-asym": "gptq"}
+    rows = [gptq, awq]
+    assert next_trial_s(rows) == 2000.0  # the dearest trial, its build and all
+    for next_one, price in (("int4-gptq-asym", 900.0 + 190.0), ("int4-awq", 900.0 + 1700.0)):
+        assert next_trial_s(rows, 0, lambda name, m=method[next_one]: method[name] == m) \
+            == price
+    # a method none of the trials was built with: the dearest trial as it was
+    assert next_trial_s(rows, 0, lambda name: False) == 2000.0

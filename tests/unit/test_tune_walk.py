@@ -38,7 +38,7 @@ class Answers:
                         else ["quality:arithmetic"])
 
 
-def free(_rows) -> float:
+def free(_rows, _spec=None) -> float:
     return 0.0
 
 
@@ -114,7 +114,7 @@ def test_the_budget_and_a_failed_trial_end_the_walk() -> None:
     assert search.stopped == ("the budget of 2 trial(s) was spent; 2 point(s) of the space "
                               "not tried")
     # a trial priced past the hours left is not started
-    late = walk_space(SPECS, Answers({}), BUDGET, 0.0, lambda rows: 1800.0,
+    late = walk_space(SPECS, Answers({}), BUDGET, 0.0, lambda rows, spec: 1800.0,
                       clock=lambda: 2000.0)
     assert late.rows == {} and "could be passed by the next trial" in late.stopped
     broken = Answers({"sym-g128": "reject"}, status={"sym-g64": "failed"})

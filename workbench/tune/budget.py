@@ -15,7 +15,7 @@ policy's hour, kept most of the default space out of a two-hour tune (docs/bench
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,18 +38,35 @@ class Budget:
     measure_all: bool = False
 
 
-def next_trial_s(rows: Iterable[SweepRow], suite_runs: int = 0) -> float:
+def next_trial_s(rows: Iterable[SweepRow], suite_runs: int = 0,
+                 same_build: Callable[[str], bool] | None = None) -> float:
     """The next trial's first look, in seconds at worst: the dearest trial measured in this
     tune, priced by trial_price. 0 before any trial was measured here (cached trials cost
     nothing, and say nothing of the next). While no trial here was measured in full, the
     stopped ones are priced as if they had run every one of the plan's `suite_runs` and
-    the load test (stopped_price)."""
+    the load test (stopped_price). same_build: which trials (by name) were built as the
+    next one will be (its method): then the dearest trial's build is replaced by the
+    longest of theirs, where one of them was built here (an AWQ build on two cores takes
+    several times a GPTQ one, docs/tune.md "Budget")."""
     measured = [r for r in rows if r.measured_now and r.evaluate_s is not None]
     # a trial stopped in its second look measured its whole first look
     full = [r for r in measured if not r.stopped_by or r.looks == 2]
-    if full:
-        return max(trial_price(r) for r in full)
-    return max((stopped_price(r, suite_runs) for r in measured), default=0.0)
+    priced = [(trial_price(r), r) for r in full] if full else [
+        (stopped_price(r, suite_runs), r) for r in measured]
+    if not priced:
+        return 0.0
+    like = [b for r in measured if same_build is not None and same_build(r.candidate)
+            and (b := _build_s(r)) > 0]
+    if not like:
+        return max(price for price, _ in priced)
+    return max(price - _build_s(r) for price, r in priced) + max(like)
+
+
+def _build_s(row: SweepRow) -> float:
+    """The seconds a trial spent building its candidate (its timeline's quantise spans)."""
+    timing = Path(row.run_dir) / "timing.json" if row.run_dir else None
+    spans = _spans(timing) if timing else None
+    return sum(float(s["seconds"]) for s in spans or [] if s.get("kind") == "quantise")
 
 
 def stopped_price(row: SweepRow, suite_runs: int) -> float:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import json
 import time
+from collections.abc import Iterable
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -145,9 +146,10 @@ def _search(p: Plan, tune_dir: Path, console: Console, run: Runner, budget: Budg
     space, name = p.cfg.tune.space, p.candidate_name
     sens = (_sensitivity(p, tune_dir, console)
             if space is None or max(space.keep) > 0 else None)
-    price = functools.partial(next_trial_s, suite_runs=sum(
-        len(list(s.spec.runs())) for s in p.suites))
+    suite_runs = sum(len(list(s.spec.runs())) for s in p.suites)
     if space is None:
+        def price(rows: Iterable[SweepRow], _spec: TrialSpec) -> float:
+            return next_trial_s(rows, suite_runs)  # every keep-k trial built alike
         assert sens is not None  # measured above for the keep-k search
         spec_for = functools.partial(keep_spec, name, p.candidate, sens)
         return sens, search_kept(spec_for, len(sens.blocks), run, budget, started, price), None
@@ -157,7 +159,13 @@ def _search(p: Plan, tune_dir: Path, console: Console, run: Runner, budget: Budg
     ratios: dict[str, float | None] = {}
     rank = functools.partial(_by_perplexity, p, tune_dir, console, ratios) \
         if space.rank_equal_size else None
-    search = walk_space([point_spec(pt) for pt in pts], run, budget, started, price,
+    methods = {pt.name: pt.candidate.resolved_method for pt in pts}
+
+    def price_point(rows: Iterable[SweepRow], spec: TrialSpec) -> float:
+        method = methods.get(spec.name)
+        return next_trial_s(rows, suite_runs, lambda name: methods.get(name) == method)
+
+    search = walk_space([point_spec(pt) for pt in pts], run, budget, started, price_point,
                         rank=rank)
     return sens, search, _space_json(space, pts, left, search.order, ratios)
 

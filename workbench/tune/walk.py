@@ -28,7 +28,8 @@ __all__ = ["Pricer", "Ranker", "Runner", "equal_size_run", "over_budget", "searc
            "walk_space"]
 
 Runner = Callable[[TrialSpec], SweepRow]
-Pricer = Callable[[Iterable[SweepRow]], float]  # the next trial's worst-case seconds
+# the next trial's worst-case seconds, from the trials so far and the next one's spec
+Pricer = Callable[[Iterable[SweepRow], TrialSpec], float]
 Ranker = Callable[[list[TrialSpec]], list[TrialSpec]]  # points of equal size, reordered
 
 
@@ -74,11 +75,12 @@ def search_kept(spec_for: Callable[[int], TrialSpec], blocks: int, run: Runner,
         if k is None:
             search.stopped = _settled_text(search)
             return search
-        why = over_budget(search, budget, started, price(search.rows.values()), clock)
+        spec = spec_for(k)
+        why = over_budget(search, budget, started, price(search.rows.values(), spec), clock)
         if why is not None:
             search.stopped = why
             return search
-        if not _ran(search, k, spec_for(k), run):
+        if not _ran(search, k, spec, run):
             return search
 
 
@@ -107,7 +109,8 @@ def walk_space(specs: list[TrialSpec], run: Runner, budget: Budget, started: flo
     the budget is; each run of equal-size points ranked as the walk reaches it."""
     search, specs, ranked_to = Search(order=[s.name for s in specs]), list(specs), 0
     for index in range(len(specs)):
-        why = over_budget(search, budget, started, price(search.rows.values()), clock)
+        why = over_budget(search, budget, started, price(search.rows.values(), specs[index]),
+                          clock)
         if why is not None:
             search.stopped = f"{why}; {len(specs) - index} point(s) of the space not tried"
             return search
@@ -116,7 +119,8 @@ def walk_space(specs: list[TrialSpec], run: Runner, budget: Budget, started: flo
             if ranked_to - index > 1:
                 specs[index:ranked_to] = rank(specs[index:ranked_to])
                 search.order = [s.name for s in specs]
-                why = over_budget(search, budget, started, price(search.rows.values()), clock)
+                why = over_budget(search, budget, started,
+                                  price(search.rows.values(), specs[index]), clock)
                 if why is not None:  # the builds that ranked them took the time
                     search.stopped = (f"{why}; {len(specs) - index} point(s) of the space "
                                       "not tried")
