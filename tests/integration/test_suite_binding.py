@@ -69,7 +69,8 @@ def _omp_binding(log: Path) -> tuple[int, list[int]]:
 
 
 def _answers(run_dir: Path, role: str) -> dict[str, str]:
-    rows = (json.loads(line) for line in jsonl_lines(run_dir / role / "items-arithmetic.jsonl"))
+    rows = (json.loads(line) for line in jsonl_lines(run_dir / role / "items-arithmetic.jsonl")
+            if line.strip())
     return {row["id"]: row["response"] for row in rows}
 
 
