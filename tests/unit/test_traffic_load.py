@@ -77,6 +77,19 @@ def test_a_replay_of_what_is_not_a_traffic_suite_names_the_field(tokenizer_model
     cfg = _cfg(tokenizer_model, {"from_suite": "no-such-suite"})
     with pytest.raises(InputError, match=r"load.profiles.traffic.from_suite: suite 'no-such"):
         replayed_requests(cfg, "traffic", cfg.load.profiles["traffic"])
+    bad = tmp_path / "items.jsonl"
+    bad.write_text("not json\n")
+    cfg = _cfg(tokenizer_model, {"from_suite": str(traffic_folder(tmp_path, REQUESTS, "t2")),
+                                 "arrival_rate": 1.0, "answers": str(bad)})
+    with pytest.raises(InputError, match=r"load.profiles.traffic.answers: .* is not a run's "):
+        replayed_requests(cfg, "traffic", cfg.load.profiles["traffic"])
+    short = _cfg(tokenizer_model, {"from_suite": str(tmp_path / "t2"), "arrival_rate": 1.0})
+    short = short.model_copy(update={"engine": short.engine.model_copy(
+        update={"max_model_len": 40})})
+    with pytest.raises(InputError, match=r"load.profiles.traffic.from_suite: .*t2, request "
+                       r"\d+: .*max_model_len") as err:
+        replayed_requests(short, "traffic", short.load.profiles["traffic"])
+    assert "workbench-trace-" not in str(err.value)  # no temporary file named
     folder = traffic_folder(tmp_path, REQUESTS)  # no timestamps, and no rate to draw them
     cfg = _cfg(tokenizer_model, {"from_suite": str(folder)})
     with pytest.raises(InputError, match=r"load.profiles.traffic.arrival_rate: 4 of 4 "
@@ -115,3 +128,16 @@ def test_validate_counts_a_traffic_request_as_the_engine_receives_it(tokenizer_m
     assert f"needs {sent + 1} tokens (its turns and tools through the chat template" \
         in context_problems(cfg.model_copy(update={"engine": cfg.engine.model_copy(
             update={"max_model_len": sent})}), [suite])[0]
+
+
+def test_a_built_in_profile_replays_a_traffic_suite_when_told_to() -> None:
+    """`interactive: {from_suite: ...}` replaces the built-in's mode and its request count,
+    as naming a trace does."""
+    from workbench.config.load import LoadConfig
+
+    load = LoadConfig.model_validate({"profile": "interactive", "profiles": {
+        "interactive": {"from_suite": "my-traffic", "arrival_rate": 2.0}}})
+    replay = load.profiles["interactive"]
+    assert replay.mode == "trace" and replay.concurrency is None
+    assert replay.requests_per_level is None  # every request, not the built-in's 256
+    assert replay.slo is not None  # the rest of the built-in stays

@@ -264,6 +264,7 @@ def test_a_sampled_request_is_held_to_the_baseline_s_own_second_draw(tmp_path: P
     cand_engine = Engine(lambda body: "It is cloudy in Oslo today.")
     cand = ask_all(suite, cand_engine, seed=5, references={"t1": base.response})[0]
     assert cand.redraw is None and len(cand_engine.bodies) == 1  # the candidate draws once
+    assert cand_engine.bodies[0]["seed"] == 6  # the redraw's seed, not the draw's
     b, c = against_baseline(summarise(suite, [base], tmp_path / "b.jsonl"),
                             summarise(suite, [cand], tmp_path / "c.jsonl"))
     assert 0 < b.items[0].score < 1 and b.items[0].checks["agreement_exact"] == 0.0
@@ -285,13 +286,14 @@ def test_a_sampled_request_asking_n_answers_is_drawn_n_times_on_each_side(
     assert (base.response, base.draws) == ("Cloudy in Oslo.", ("Rain in Oslo.", "Oslo: sun."))
     assert (base.redraw, base.redraws) == ("Cloudy in Oslo.", ("Rain in Oslo today.",
                                                                "Oslo: sun."))
-    cand_said = {5: "Cloudy in Oslo.", 6: "the the the the the the the the the the the",
-                 7: "Oslo: sun."}
+    cand_said = {8: "Cloudy in Oslo.", 9: "the the the the the the the the the the the",
+                 10: "Oslo: sun."}
     cand_engine = Engine(lambda body: cand_said[body["seed"]])
     cand = ask_all(suite, cand_engine, seed=5, references={"t1": base.response})[0]
-    assert [b["seed"] for b in cand_engine.bodies] == [5, 6, 7]  # no redraws
+    # the baseline's redraws' seeds: held to its draws as its redraws are; no redraws
+    assert [b["seed"] for b in cand_engine.bodies] == [8, 9, 10]
     assert cand.checks["healthy"] == pytest.approx(2 / 3)  # one draw of three loops
-    assert cand.health != "ok" and cand.checks["sampled"] == 1.0
+    assert cand.health == "ok" and cand.checks["sampled"] == 1.0  # the first draw's
     b, c = against_baseline(summarise(suite, [base], tmp_path / "b.jsonl"),
                             summarise(suite, [cand], tmp_path / "c.jsonl"))
     # the baseline's redraws agree exactly on two of three, the candidate's draws too
@@ -300,6 +302,21 @@ def test_a_sampled_request_asking_n_answers_is_drawn_n_times_on_each_side(
     assert c.items[0].score < b.items[0].score  # a loop agrees less than a rewording
     stored = json.loads(json.dumps(summarise(suite, [cand], tmp_path / "s.jsonl").to_dict()))
     assert SuiteResult.from_dict(stored).items[0].draws == cand.draws  # read back alike
+
+
+def test_a_candidate_that_is_the_baseline_agrees_as_the_baseline_s_redraws_do(
+        tmp_path: Path) -> None:
+    """An A/A on a sampled request: the candidate, drawn with the redraws' seeds, answers
+    exactly as the baseline's redraws; sharing the baseline's own seeds would have made it
+    agree more than the baseline agrees with itself."""
+    suite = load_suite(str(traffic_folder(tmp_path, [{**REQUESTS[2], "n": 2}])))
+    same_model = Engine(lambda body: f"Oslo weather, draw {body['seed']}.")
+    base = ask_all(suite, same_model, seed=5)[0]
+    cand = ask_all(suite, same_model, seed=5, references={"t1": base.response})[0]
+    b, c = against_baseline(summarise(suite, [base], tmp_path / "b.jsonl"),
+                            summarise(suite, [cand], tmp_path / "c.jsonl"))
+    assert c.items[0].checks == b.items[0].checks and c.items[0].score == b.items[0].score
+    assert b.items[0].checks["agreement_exact"] == 0.0  # no draw equals another
 
 
 def test_a_greedy_request_is_drawn_once_whatever_its_n(tmp_path: Path) -> None:

@@ -105,6 +105,10 @@ def test_a_stopped_trial_adds_the_load_test_its_timeline_shows(tmp_path: Path) -
     # (40 s) grown by 2 runs over 1, and a 90 s load test for each model: its build and
     # engine starts do not grow with the suites it left
     assert next_trial_s([stopped], suite_runs=2) == 170.0 + 40.0 + 2 * 90.0
+    # two load rounds: each model's second in a session of its own, a start (one minute
+    # where the timeline shows none) and a load test more
+    assert next_trial_s([stopped], suite_runs=2, rounds=2) == \
+        170.0 + 40.0 + 2 * 2 * 90.0 + 2 * 60.0
 
 
 def test_a_stopped_trial_on_every_core_adds_its_load_sessions_starts(tmp_path: Path) -> None:
@@ -144,8 +148,10 @@ def test_a_trial_stopped_in_its_second_look_is_priced_by_its_whole_first_look(
     assert next_trial_s([stopped], suite_runs=4) == pytest.approx(150 - 100)
 
 
-def _built(folder: Path, name: str, build: float, suites: float) -> SweepRow:
+def _built(folder: Path, name: str, build: float, suites: float,
+           source: str = "built") -> SweepRow:
     folder.mkdir()
+    (folder / "quantize.json").write_text(json.dumps({"source": source}))
     _timeline(folder, build + suites, [
         {"name": f"quantise {name}", "kind": "quantise", "start_s": 0, "seconds": build},
         {"name": "candidate: arithmetic", "kind": "suite", "start_s": build,
@@ -167,3 +173,12 @@ def test_the_next_trial_is_priced_with_a_build_of_its_own_method(tmp_path: Path)
             == price
     # a method none of the trials was built with: the dearest trial as it was
     assert next_trial_s(rows, 0, lambda name: False) == 2000.0
+
+
+def test_a_build_found_in_the_cache_does_not_price_the_next_one(tmp_path: Path) -> None:
+    """A point built before its trial (ranked, or from an earlier tune) took seconds to
+    find: the next point of its method is priced as the dearest trial, build and all."""
+    awq = _built(tmp_path / "a", "int4-awq", 900.0, 300.0)
+    cached = _built(tmp_path / "g", "int4", 2.0, 500.0, source="cache")
+    method = {"int4": "gptq", "int4-awq": "awq", "int4-gptq-asym": "gptq"}
+    assert next_trial_s([awq, cached], 0, lambda name: method[name] == "gptq") == 1200.0

@@ -99,6 +99,9 @@ class CapacitySearch(StrictModel):
         "rate, not one burst; null: num_prompts at every rate")
 
 
+MODES = ("concurrency", "request_rate", "trace", "from_suite")  # a profile gives one
+
+
 class LoadProfile(StrictModel):
     """One named workload: request shapes, how they arrive, the levels swept, the SLO."""
 
@@ -165,8 +168,7 @@ class LoadProfile(StrictModel):
 
     @model_validator(mode="after")
     def _one_mode(self) -> LoadProfile:
-        given = [k for k in ("concurrency", "request_rate", "trace", "from_suite")
-                 if getattr(self, k)]
+        given = [k for k in MODES if getattr(self, k)]
         if len(given) != 1:
             raise ValueError("give exactly one of concurrency (a sweep), request_rate "
                              "(arrivals per second), trace (a replay file) or from_suite (a "
@@ -288,10 +290,13 @@ class LoadConfig(StrictModel):
         for name, fields in given.items():
             if name in merged and isinstance(fields, dict):
                 base = merged[name]
-                # naming one mode replaces the built-in's mode
-                if {"concurrency", "request_rate", "trace"} & fields.keys():
-                    for mode_key in ("concurrency", "request_rate", "trace"):
+                # naming one mode replaces the built-in's mode; a replay replays every
+                # request unless it says how many (num_prompts)
+                if set(MODES) & fields.keys():
+                    for mode_key in MODES:
                         base.pop(mode_key, None)
+                    if {"trace", "from_suite"} & fields.keys():
+                        base.pop("num_prompts", None)
                 merged[name] = {**base, **fields}
             else:
                 merged[name] = fields

@@ -54,15 +54,25 @@ def derive_trace(cfg: RunConfig, suite_name: str, rate: float | None, answers: P
     if answers is not None and not answers.is_file():
         raise InputError(f"{where + '.answers' if where else '--answers'}: {answers} is not a "
                          f"file (a run's baseline/items-{suite.name}.jsonl)")
+    lengths = _answer_lengths(answers, where) if answers is not None else None
     tokenizer = AutoTokenizer.from_pretrained(cfg.model.resolved_path(cfg.base_dir))
     shapes = [RequestShape(r.id, _token_ids(tokenizer, r), r.max_tokens, r.timestamp)
               for r in (item.request for item in suite.items) if r is not None]
     try:
-        return traffic_trace(shapes, suite.spec.max_tokens,
-                             answer_lengths(answers) if answers else None, rate, seed)
+        return traffic_trace(shapes, suite.spec.max_tokens, lengths, rate, seed)
     except InputError as err:  # no rate for requests the log did not time
         rate_is = f"{where.removesuffix('.from_suite')}.arrival_rate" if where else "--rate"
         raise InputError(f"{rate_is}: {err}") from None
+
+
+def _answer_lengths(answers: Path, where: str) -> dict[str, int]:
+    try:
+        return answer_lengths(answers)
+    except (ValueError, KeyError, TypeError) as err:  # JSON, a line without id or length
+        field = f"{where.removesuffix('.from_suite')}.answers" if where else "--answers"
+        raise InputError(f"{field}: {answers} is not a run's items file: each line a JSON "
+                         f"object with an id and completion_tokens ({type(err).__name__})"
+                         ) from None
 
 
 def replayed_requests(cfg: RunConfig, name: str, profile: LoadProfile) -> list[Request]:
@@ -75,4 +85,9 @@ def replayed_requests(cfg: RunConfig, name: str, profile: LoadProfile) -> list[R
     with tempfile.TemporaryDirectory(prefix="workbench-trace-") as tmp:
         path = Path(tmp) / f"{name}.jsonl"
         write_jsonl(path, (trace_row(q) for q in trace.requests))
-        return level_requests(profile, path, cfg.engine.max_model_len)
+        try:
+            return level_requests(profile, path, cfg.engine.max_model_len)
+        except InputError as err:  # its line is a request's, in the order they arrive
+            said = str(err).replace(f"{path}:", "request ")
+            raise InputError(f"load.profiles.{name}.from_suite: {profile.from_suite}, "
+                             f"{said} (requests in the order they arrive)") from None

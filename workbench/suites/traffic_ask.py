@@ -97,32 +97,36 @@ async def _draw(client: httpx.AsyncClient, body: dict[str, Any], seed: int, suit
 def _checked_draws(item: SuiteItem, draws: list[tuple[str, bool]]
                    ) -> tuple[dict[str, float], str]:
     """Each check as the share of the draws that meet it (one draw: 0 or 1, as for any
-    suite), and the first unhealthy draw's reason, else the first draw's."""
+    suite), and the first draw's health reason (the answer the record and the judge
+    read)."""
     assert item.request is not None
     each = [answer_checks(text, item.prompt, item.request.schema, truncated=cut)
             for text, cut in draws]
     checks = {name: sum(c[name] for c, _ in each) / len(each) for name in each[0][0]}
-    reasons = [reason for c, reason in each if not c["healthy"]]
-    return checks, reasons[0] if reasons else each[0][1]
+    return checks, each[0][1]
 
 
 async def ask_request(client: httpx.AsyncClient, model: str, suite: Suite, item: SuiteItem,
                       seed: int, reference: str | None = None) -> ItemResult:
     """One request answered, checked, and its reference answer's likelihood measured: the
     baseline's answer (`reference`, on the candidate's side), or this model's own (None).
-    A sampled request is drawn its `n` times (seeds seed .. seed + n - 1) on both sides,
-    and n times more on the baseline's (the seeds after those): its redraws, which hold
-    the candidate's draws to what sampling alone changes (gate/traffic.py). A greedy one
-    is drawn once, whatever its n: every draw would be the same."""
+    A sampled request is drawn its `n` times: on the baseline's side with the seeds
+    seed .. seed + n - 1, and n times more with the seeds after those (its redraws); on the
+    candidate's with the redraws' seeds. So a candidate is held to the baseline's draws as
+    the baseline's redraws are (gate/traffic.py): sharing the baseline's own seeds would
+    correlate its draws with the baseline's and favour it, and a candidate that is the
+    baseline answers exactly as its redraws do. A greedy request is drawn once, whatever
+    its n: every draw would be the same."""
     request = item.request
     assert request is not None  # a traffic suite's items carry their request
-    body = request_body(model, request, suite.spec.max_tokens, seed)
     n = request.n if request.sampled else 1
+    first = seed + n if request.sampled and reference is not None else seed
+    body = request_body(model, request, suite.spec.max_tokens, first)
     start = time.perf_counter()
-    text, cut, payload = await _draw(client, body, seed, suite, item)
+    text, cut, payload = await _draw(client, body, first, suite, item)
     latency = time.perf_counter() - start
     draws = [(text, cut)] + [(t, c) for t, c, _ in [
-        await _draw(client, body, seed + k, suite, item) for k in range(1, n)]]
+        await _draw(client, body, first + k, suite, item) for k in range(1, n)]]
     redraws = [t for t, _, _ in [await _draw(client, body, seed + n + k, suite, item)
                                  for k in range(n)]] \
         if request.sampled and reference is None else []

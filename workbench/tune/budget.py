@@ -39,7 +39,7 @@ class Budget:
 
 
 def next_trial_s(rows: Iterable[SweepRow], suite_runs: int = 0,
-                 same_build: Callable[[str], bool] | None = None) -> float:
+                 same_build: Callable[[str], bool] | None = None, rounds: int = 1) -> float:
     """The next trial's first look, in seconds at worst: the dearest trial measured in this
     tune, priced by trial_price. 0 before any trial was measured here (cached trials cost
     nothing, and say nothing of the next). While no trial here was measured in full, the
@@ -52,7 +52,7 @@ def next_trial_s(rows: Iterable[SweepRow], suite_runs: int = 0,
     # a trial stopped in its second look measured its whole first look
     full = [r for r in measured if not r.stopped_by or r.looks == 2]
     priced = [(trial_price(r), r) for r in full] if full else [
-        (stopped_price(r, suite_runs), r) for r in measured]
+        (stopped_price(r, suite_runs, rounds), r) for r in measured]
     if not priced:
         return 0.0
     like = [b for r in measured if same_build is not None and same_build(r.candidate)
@@ -63,25 +63,35 @@ def next_trial_s(rows: Iterable[SweepRow], suite_runs: int = 0,
 
 
 def _build_s(row: SweepRow) -> float:
-    """The seconds a trial spent building its candidate (its timeline's quantise spans)."""
-    timing = Path(row.run_dir) / "timing.json" if row.run_dir else None
-    spans = _spans(timing) if timing else None
+    """The seconds a trial spent building its candidate (its timeline's quantise spans); 0
+    where it found its build in the cache (quantize.json), which says nothing of a build's
+    time."""
+    if not row.run_dir:
+        return 0.0
+    try:
+        built = json.loads((Path(row.run_dir) / "quantize.json").read_text()).get("source")
+    except (OSError, ValueError, AttributeError):
+        built = None
+    spans = _spans(Path(row.run_dir) / "timing.json") if built == "built" else None
     return sum(float(s["seconds"]) for s in spans or [] if s.get("kind") == "quantise")
 
 
-def stopped_price(row: SweepRow, suite_runs: int) -> float:
+def stopped_price(row: SweepRow, suite_runs: int, rounds: int = 1) -> float:
     """A stopped trial's price grown to a whole first look: its candidate's suites scaled by
     every suite run over those it measured (its build, engine starts and the baseline's
-    share do not grow with the suites left), plus a load test for each model as long as the
-    longest its timeline shows (the baseline's, where the trial measured it), else one
-    minute each. Without a timeline, its whole time is scaled."""
+    share do not grow with the suites left), plus a load test for each model and round as
+    long as the longest its timeline shows (the baseline's, where the trial measured it),
+    else one minute each, and an engine start for each model's rounds after the first.
+    Without a timeline, its whole time is scaled."""
     left = [n for n in row.not_measured if n != "load test"]
     done = suite_runs - len(left)
     scale = suite_runs / done if suite_runs and done > 0 else float(max(len(left), 1) + 1)
     timing = Path(row.run_dir) / "timing.json" if row.run_dir else None
     load = _kind_seconds(timing, "load") if timing else None
     spans = _suite_seconds(timing) if timing else None
-    loads = 2 * (load or 60.0) + _load_sessions_s(row, timing)
+    start = _kind_seconds(timing, "engine_start") if timing else None
+    loads = (2 * (load or 60.0) * max(rounds, 1) + 2 * (start or 60.0) * max(rounds - 1, 0)
+             + _load_sessions_s(row, timing))
     if spans is None or row.looks == 2:
         return trial_price(row) * scale + loads
     baseline, candidate = spans

@@ -147,9 +147,10 @@ def _search(p: Plan, tune_dir: Path, console: Console, run: Runner, budget: Budg
     sens = (_sensitivity(p, tune_dir, console)
             if space is None or max(space.keep) > 0 else None)
     suite_runs = sum(len(list(s.spec.runs())) for s in p.suites)
+    rounds = p.cfg.load.rounds
     if space is None:
         def price(rows: Iterable[SweepRow], _spec: TrialSpec) -> float:
-            return next_trial_s(rows, suite_runs)  # every keep-k trial built alike
+            return next_trial_s(rows, suite_runs, rounds=rounds)  # keep-k: built alike
         assert sens is not None  # measured above for the keep-k search
         spec_for = functools.partial(keep_spec, name, p.candidate, sens)
         return sens, search_kept(spec_for, len(sens.blocks), run, budget, started, price), None
@@ -163,7 +164,8 @@ def _search(p: Plan, tune_dir: Path, console: Console, run: Runner, budget: Budg
 
     def price_point(rows: Iterable[SweepRow], spec: TrialSpec) -> float:
         method = methods.get(spec.name)
-        return next_trial_s(rows, suite_runs, lambda name: methods.get(name) == method)
+        return next_trial_s(rows, suite_runs, lambda name: methods.get(name) == method,
+                            rounds)
 
     search = walk_space([point_spec(pt) for pt in pts], run, budget, started, price_point,
                         rank=rank)
