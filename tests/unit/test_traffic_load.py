@@ -141,3 +141,26 @@ def test_a_built_in_profile_replays_a_traffic_suite_when_told_to() -> None:
     assert replay.mode == "trace" and replay.concurrency is None
     assert replay.requests_per_level is None  # every request, not the built-in's 256
     assert replay.slo is not None  # the rest of the built-in stays
+
+
+def test_a_template_that_writes_bos_and_eos_is_counted_as_transformers_counts_it(
+        tokenizer_model: Path, tmp_path: Path) -> None:
+    """A Llama-2-style template writes BOS once and EOS after each assistant turn: the
+    check renders the model's own special tokens and adds none of its own."""
+    from transformers import AutoTokenizer
+
+    from workbench.plan.context import context_problems
+
+    (tokenizer_model / "chat_template.jinja").write_text(
+        "{{ bos_token }}{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}"
+        "{% if m['role'] == 'assistant' %}{{ eos_token }}{% endif %}{% endfor %}")
+    turns = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"},
+             {"role": "user", "content": "Weather? " * 40}]
+    suite = load_suite(str(traffic_folder(tmp_path, [{"id": "m1", "messages": turns}])))
+    want = len(_token_ids(AutoTokenizer.from_pretrained(tokenizer_model),
+                          suite.items[0].request))
+    base = _cfg(tokenizer_model, {"concurrency": [1]})
+    for limit, refused in ((want, True), (want + 1, False)):
+        cfg = base.model_copy(update={"engine": base.engine.model_copy(
+            update={"max_model_len": limit})})
+        assert bool(context_problems(cfg, [suite])) is refused, limit

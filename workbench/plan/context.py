@@ -41,8 +41,36 @@ def _chat_template(model_dir: Path) -> str | None:
     return template if isinstance(template, str) else None
 
 
+def _special_tokens(model_dir: Path) -> tuple[str, str]:
+    """The model's BOS and EOS strings (tokenizer_config.json), for templates that write
+    them; empty where not named."""
+    try:
+        config = json.loads((model_dir / "tokenizer_config.json").read_text())
+    except (OSError, ValueError):
+        return "", ""
+
+    def text(token: Any) -> str:
+        token = token.get("content") if isinstance(token, dict) else token
+        return token if isinstance(token, str) else ""
+
+    return text(config.get("bos_token")), text(config.get("eos_token"))
+
+
+def _flat(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Turns whose content is a list of parts with their text parts joined, as vLLM gives
+    them to a template that takes a string."""
+    def joined(content: Any) -> Any:
+        if not isinstance(content, list):
+            return content
+        return "\n".join(p.get("text", "") for p in content
+                         if isinstance(p, dict) and p.get("type", "text") == "text")
+
+    return [{**m, "content": joined(m.get("content"))} for m in messages]
+
+
 def _rendered(model_dir: Path, messages: list[dict[str, Any]],
-              tools: list[dict[str, Any]] | None = None) -> str | None:
+              tools: list[dict[str, Any]] | None = None,
+              specials: tuple[str, str] = ("", "")) -> str | None:
     """The model's chat template rendered over these turns (and tools), as the engine
     renders it before the answer: with jinja2 in a sandbox, as transformers renders chat
     templates. None when the template cannot be read or rendered here."""
@@ -60,7 +88,7 @@ def _rendered(model_dir: Path, messages: list[dict[str, Any]],
     try:
         return env.from_string(template).render(messages=messages, tools=tools,
                                                 add_generation_prompt=True,
-                                                bos_token="", eos_token="")
+                                                bos_token=specials[0], eos_token=specials[1])
     except Exception:  # noqa: BLE001 - any template we cannot render here
         return None
 
@@ -92,9 +120,11 @@ def _request_tokens(model_dir: Path, tok: Any, item: SuiteItem, overhead: int
     the chat template; where the template cannot be rendered here, its text with the
     template's overhead for one turn (an approximation, said so)."""
     assert item.request is not None
-    text = _rendered(model_dir, list(item.request.messages), list(item.request.tools) or None)
-    if text is not None:
-        return len(tok.encode(text).ids), "its turns and tools through the chat template"
+    text = _rendered(model_dir, _flat(list(item.request.messages)),
+                     list(item.request.tools) or None, _special_tokens(model_dir))
+    if text is not None:  # the template writes what special tokens it wants, as vLLM's
+        return (len(tok.encode(text, add_special_tokens=False).ids),
+                "its turns and tools through the chat template")
     return (len(tok.encode(_text(item)).ids) + overhead,
             f"its text, {overhead} of the chat template")
 
