@@ -42,8 +42,10 @@ def _cfg(**engine: object) -> RunConfig:
 
 def test_the_suites_take_every_core_of_two_for_a_model_whose_suites_take_minutes() -> None:
     auto = EngineConfig()
-    assert suite_binding("cpu", auto, BIG, 2) == "every-core"
+    assert suite_binding("cpu", auto, BIG, 2) == "every-core"  # in float32
     assert suite_binding("cpu", auto, EVERY_CORE_MIN_WEIGHTS, 2) == "every-core"
+    # in bf16 the default model's suites were no faster on both cores (590 s against 593)
+    assert suite_binding("cpu", auto, BIG, 2, "bfloat16") == "vllm"
     # a model so small its suites take seconds: one more engine start would not pay
     assert suite_binding("cpu", auto, TINY, 2) == "vllm"
     # more cores than measured: vLLM's binding leaves a smaller share idle
@@ -225,3 +227,16 @@ def test_engines_that_share_their_host_keep_vllms_binding(tmp_path) -> None:
     shared = Plan(cfg, "c", "cpu", GatePolicy(), [], [], shared_host=True)
     assert alone.suite_binding == "every-core" and shared.suite_binding == "vllm"
     assert shared.variant(cfg, "c", None).suite_binding == "vllm"
+
+
+def test_a_plan_on_a_bf16_cpu_keeps_vllms_binding(tmp_path) -> None:
+    """The unit tests' host multiplies bf16 natively (conftest): the default model's size
+    of weights there keeps vLLM's binding under auto."""
+    from workbench.config.gate_policy import GatePolicy
+    from workbench.plan.plan import Plan
+
+    (tmp_path / "model.safetensors").write_bytes(b"\0" * BIG)
+    cfg = _cfg().model_copy(
+        update={"model": _cfg().model.model_copy(update={"path": str(tmp_path)})})
+    assert device_facts("cpu", cfg.engine).serve_dtype == "bfloat16"
+    assert Plan(cfg, "c", "cpu", GatePolicy(), [], []).suite_binding == "vllm"

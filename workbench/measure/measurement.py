@@ -214,7 +214,7 @@ def measure(cfg: RunConfig, role: str, model_dir: Path, served: str, extra_args:
             further: dict[str, list[Request]] | None = None, watch: SuiteWatch | None = None,
             done: dict[str, SuiteResult] | None = None, load_test: bool = True,
             references: dict[str, dict[str, str]] | None = None,
-            binding: Binding = "vllm") -> Measurement:
+            binding: Binding = "vllm", own_memory: bool = True) -> Measurement:
     """Start the engine for one model (or attach to its endpoint), run every suite and the
     load sweep of each profile the run gates (its own, then `further`'s), stop it.
 
@@ -222,6 +222,7 @@ def measure(cfg: RunConfig, role: str, model_dir: Path, served: str, extra_args:
     watch: the candidate's suites' order and early stop (measure/watch.py); a candidate
     it stops runs no load test. done: suites an earlier, stopped session measured.
     load_test: False runs none (a candidate served dense: its speed is not its format's).
+    own_memory: False keeps no headroom (served dense: its memory is the dense model's).
     references: the baseline's traffic answers by suite and id, scored under this model.
     binding: the engine's cores; on `every-core` it runs no load test (measure/sessions.py
     runs that in a session of its own, on vLLM's binding)."""
@@ -255,11 +256,11 @@ def measure(cfg: RunConfig, role: str, model_dir: Path, served: str, extra_args:
         client.stop()
         with span(f"{role}: engine stop", "engine_stop"):
             server.stop()
-    # a session without its load test (a candidate served dense) keeps no headroom: its
-    # weights, KV cache and peaks are the dense model's, not the candidate's own
+    # a candidate served dense keeps no headroom: its weights, KV cache and peaks are the
+    # dense model's, not the candidate's own
     result = Measurement(role, server.info, suite_results, load,
                          round(time.perf_counter() - started, 2),
-                         room.to_dict() if load_test else {}, loads, stopped)
+                         room.to_dict() if own_memory else {}, loads, stopped)
     write_json(out_dir / MEASUREMENT_FILE, result.to_dict())
     return result
 

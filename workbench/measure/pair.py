@@ -157,7 +157,8 @@ def _candidate(p: Plan, q: QuantizeResult, run_dir: Path, console: Console,
                       served_name(p, "candidate"), q.serve_args, p.suites, p.requests,
                       p.model_dir, run_dir / "candidate", console, p.device, further=p.further,
                       watch=watch(base.suites) if watch is not None else None, done=done,
-                      load_test=q.dense is None, references=traffic_answers(base.suites))
+                      load_test=q.dense is None, references=traffic_answers(base.suites),
+                      own_memory=q.dense is None)
     if m.stopped is not None:
         _say_stopped(console, p.candidate_name, m.stopped)
     return m
@@ -203,10 +204,11 @@ def _with_load(p: Plan, q: QuantizeResult, base: Measurement, cand: Measurement,
     if base_cached:
         fresh = _load_session(p, "baseline", p.model_dir, [], out_dir, console)
         # a baseline whose suites' session ran no load test (its suites on every core) has
-        # its headroom from this one, and this session's time is part of its own
+        # its headroom from this one, as the candidate's comes from its load session, and
+        # this session's time is part of its own
         alone = base.load.boundary == NOT_MEASURED
         base = replace(base, load=fresh.load, further_load=fresh.further_load,
-                       headroom=base.headroom or fresh.headroom,
+                       headroom=fresh.headroom if alone else base.headroom,
                        wall_time_s=round(base.wall_time_s + fresh.wall_time_s, 2) if alone
                        else base.wall_time_s)
         write_json(out_dir / MEASUREMENT_FILE, base.to_dict())

@@ -32,8 +32,8 @@ def measure_bound(binding: Binding, cfg: RunConfig, role: str, model_dir: Path, 
                   tokenizer_dir: Path, out_dir: Path, console: Console, device: str,
                   further: dict[str, list[Request]] | None = None,
                   watch: SuiteWatch | None = None, done: dict[str, SuiteResult] | None = None,
-                  load_test: bool = True, references: dict[str, dict[str, str]] | None = None
-                  ) -> Measurement:
+                  load_test: bool = True, references: dict[str, dict[str, str]] | None = None,
+                  own_memory: bool = True) -> Measurement:
     """measure() with the suites on `binding`: on vLLM's, one session for the suites and
     the load test, as before; on every core, a session for the suites and, unless the
     candidate was stopped or runs none, one on vLLM's binding for the load test."""
@@ -41,10 +41,12 @@ def measure_bound(binding: Binding, cfg: RunConfig, role: str, model_dir: Path, 
     if binding == "vllm" or not left or cfg.endpoints.of(role) is not None:
         return measure(cfg, role, model_dir, served, extra_args, suites, requests,
                        tokenizer_dir, out_dir, console, device, further=further, watch=watch,
-                       done=done, load_test=load_test, references=references)
+                       done=done, load_test=load_test, references=references,
+                       own_memory=own_memory)
     answered = measure(cfg, role, model_dir, served, extra_args, suites, requests,
                        tokenizer_dir, out_dir, console, device, further=further, watch=watch,
-                       done=done, references=references, binding=binding)
+                       done=done, references=references, binding=binding,
+                       own_memory=own_memory)
     if answered.stopped is not None or not load_test:
         return answered
     console.print(f"  \\[{role}] the load test in a session on vLLM's own binding (the "

@@ -39,7 +39,7 @@ from workbench.plan.judge_checks import judge_problems
 from workbench.plan.traffic_load import replayed_requests
 from workbench.quantize.checks import candidate_problems, serving_problem
 from workbench.quantize.formats import format_of_candidate, served_dense
-from workbench.serve.device import Binding, suite_binding
+from workbench.serve.device import Binding, device_facts, suite_binding
 from workbench.serve.engine import detect_device, engine_version
 from workbench.suites.definition import Suite, find_suite_dir, load_suite
 from workbench.suites.split import ItemSplit
@@ -96,7 +96,8 @@ class Plan:
         if self.shared_host:
             return "vllm"
         return suite_binding(self.device, self.cfg.engine, weights_bytes(self.model_dir),
-                             len(os.sched_getaffinity(0)))
+                             len(os.sched_getaffinity(0)),
+                             device_facts(self.device, self.cfg.engine).serve_dtype)
 
     def variant(self, cfg: RunConfig, candidate: str, split: ItemSplit | None,
                 look_deadline: float | None = None) -> Plan:

@@ -57,11 +57,13 @@ Binding = Literal["every-core", "vllm"]
 # On a CPU, vLLM binds one compute thread to each core but the last, which it leaves to its
 # engine-core process (vllm/utils/ompmultiprocessing.py reserves one core per rank); with
 # VLLM_CPU_NUM_OF_RESERVED_CPU=0 a thread is bound to every core. Measured on a 2-core
-# Zen 4 (docs/benchmarks.md, "The suites on every core"): the default model's suites ran
-# 1.36-1.87 times as fast, every greedy answer the same, while the load test must keep the
-# spare core for its client. The suites then need an engine session of their own, one more
-# start per model, which pays where a suite sample takes minutes: on two cores (half the
-# machine idle; not measured on more) and a model whose weights make decoding slow enough.
+# Zen 4 (docs/benchmarks.md, "The suites on every core"): in float32 the default model's
+# suites ran 1.36-1.87 times as fast, every greedy answer the same; in bf16 (native there)
+# its README run's suites took 590 s on every core against 593 s on vLLM's binding. The
+# load test must keep the spare core for its client, so the suites need an engine session
+# of their own, one more start per model, which pays only where they compute faster: on
+# two cores (half the machine idle; not measured on more), in float32, and for a model
+# whose weights make decoding slow enough.
 EVERY_CORE_MAX_CORES = 2
 EVERY_CORE_MIN_WEIGHTS = 64 * 2**20  # the default model is 257 MiB; the tests' tiny one 12
 
@@ -203,15 +205,17 @@ def _probe() -> GpuHost | None:
     return this_host()
 
 
-def suite_binding(device: str, engine: EngineConfig, weights_bytes: int, cores: int
-                  ) -> Binding:
+def suite_binding(device: str, engine: EngineConfig, weights_bytes: int, cores: int,
+                  dtype: str = "float32") -> Binding:
     """Where a run's suites compute: `every-core`, in an engine session of their own on
-    every core, or `vllm`, on vLLM's own binding in the session the load test shares."""
+    every core, or `vllm`, on vLLM's own binding in the session the load test shares
+    (dtype: the one the engine serves in, serve_dtype())."""
     if device != "cpu":
         return "vllm"  # a GPU computes on the GPU: nothing to gain
     if engine.suite_binding != "auto":
         return engine.suite_binding
-    pays = cores <= EVERY_CORE_MAX_CORES and weights_bytes >= EVERY_CORE_MIN_WEIGHTS
+    pays = (cores <= EVERY_CORE_MAX_CORES and weights_bytes >= EVERY_CORE_MIN_WEIGHTS
+            and dtype == "float32")
     return "every-core" if cores > 1 and pays else "vllm"
 
 
