@@ -63,10 +63,14 @@ load:
   profile: tiny
   rounds: 1
   profiles:
-    tiny: {{from_suite: {traffic}, arrival_rate: 4, num_prompts: 4, warmup_prompts: 1}}
+    tiny: {load}
 gates: gates.yaml
 tracking: {{experiment: traffic}}
 """
+# the A/A replays its own traffic; the judge's test, about the judge, a short synthetic load
+REPLAY = "{{from_suite: {traffic}, arrival_rate: 4, num_prompts: 4, warmup_prompts: 1}}"
+SYNTHETIC = ("{concurrency: [1], num_prompts: 4, prompt_tokens: 32, output_tokens: 8, "
+             "warmup_prompts: 1}")
 GATES = """
 traffic:
   - {suite: my-traffic, max_drop: 0.10, slice_max_drop: 0.30}
@@ -82,9 +86,9 @@ def test_own_traffic_passes_an_aa_and_fails_a_looping_model_and_keeps_prompts_pr
     looping = cycle_model(tiny_model, tmp_path / "looping", 3)
     (tmp_path / "gates.yaml").write_text(GATES)
     config = tmp_path / "traffic.yaml"
+    suite = traffic_suite(tmp_path / "my-traffic", store_responses=False)
     config.write_text(CONFIG.format(talking=talking, looping=looping, repo=REPO,
-                                    traffic=traffic_suite(tmp_path / "my-traffic",
-                                                          store_responses=False)))
+                                    traffic=suite, load=REPLAY.format(traffic=suite)))
     outputs = []
     for candidate in ("same", "looping"):
         run = workbench("evaluate", "--candidate", candidate, "--config", str(config),
@@ -189,7 +193,8 @@ def test_a_judge_whose_replies_cannot_be_read_counts_against_and_the_run_complet
         (tmp_path / "rubric.txt").write_text(rubric)
         config = tmp_path / "traffic.yaml"
         config.write_text(CONFIG.format(talking=talking, looping=talking, repo=REPO,
-                                        traffic=traffic_suite(tmp_path / "my-traffic"))
+                                        traffic=traffic_suite(tmp_path / "my-traffic"),
+                                        load=SYNTHETIC)
                           + f"judge: {{url: 'http://127.0.0.1:{server.server_address[1]}', "
                             "model: rambler, rubric: rubric.txt}\n")
         run = workbench("evaluate", "--candidate", "same", "--config", str(config),
