@@ -91,20 +91,19 @@ def stopped_price(row: SweepRow, suite_runs: int, rounds: int = 1) -> float:
     spans = _suite_seconds(timing) if timing else None
     start = _kind_seconds(timing, "engine_start") if timing else None
     loads = (2 * (load or 60.0) * max(rounds, 1) + 2 * (start or 60.0) * max(rounds - 1, 0)
-             + _load_sessions_s(row, timing))
+             + _load_sessions_s(row, start))
     if spans is None or row.looks == 2:
         return trial_price(row) * scale + loads
     baseline, candidate = spans
     return (row.evaluate_s or 0.0) - baseline + candidate * (scale - 1) + loads
 
 
-def _load_sessions_s(row: SweepRow, timing: Path | None) -> float:
+def _load_sessions_s(row: SweepRow, start: float | None) -> float:
     """The engine starts a stopped trial's load tests would add where its suites ran on
     every core: each model's load test then runs in a session of its own
     (measure/sessions.py), as long to start as the longest start its timeline shows."""
     if (_record(row).get("device") or {}).get("suite_binding") != "every-core":
         return 0.0
-    start = _kind_seconds(timing, "engine_start") if timing else None
     return 2 * (start or 60.0)
 
 
