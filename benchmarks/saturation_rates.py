@@ -1,8 +1,8 @@
 """How often the over-saturation test (workbench/loadtest/saturation.py) flags a level, by
 simulation: Poisson arrivals at one first-come server, from a fifth of its capacity to
-twice it, with and without the widening for residuals that follow one another.
+three times it, in levels of two sizes.
 
-    .venv/bin/python benchmarks/saturation_rates.py [--levels 200] [--requests 60]
+    .venv/bin/python benchmarks/saturation_rates.py [--levels 200] [--requests 40 60]
 
 The simulated server is the unit tests' (tests/unit/test_saturation.py: each request's
 first token when its turn comes); `--levels` seeded levels per load. Prints the share of
@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from unittest import mock
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -23,7 +22,7 @@ from test_saturation import queue  # noqa: E402
 
 from workbench.loadtest import saturation as sat  # noqa: E402
 
-LOADS = (0.2, 0.3, 0.6, 0.8, 1.0, 1.2, 1.5, 2.0)
+LOADS = (0.2, 0.3, 0.6, 0.8, 1.0, 1.2, 1.5, 2.0, 3.0)
 SERVICE_S = 0.2
 
 
@@ -36,16 +35,13 @@ def flagged(load: float, levels: int, requests: int) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--levels", type=int, default=200)
-    parser.add_argument("--requests", type=int, default=60)
+    parser.add_argument("--requests", type=int, nargs="+", default=[40, 60])
     args = parser.parse_args()
-    print(f"{args.levels} levels of {args.requests} Poisson arrivals per load; "
-          f"share flagged over-saturated")
-    print(f"{'load / capacity':>16} {'the test':>9} {'no widening':>12}")
+    print(f"{args.levels} levels per load and size; share flagged over-saturated")
+    print(f"{'load / capacity':>16}" + "".join(f" {f'{n} arrivals':>12}" for n in args.requests))
     for load in LOADS:
-        widened = flagged(load, args.levels, args.requests)
-        with mock.patch.object(sat, "_lag1", lambda _residuals: 0.0):
-            plain = flagged(load, args.levels, args.requests)
-        print(f"{load:>16.1f} {widened:>9.1%} {plain:>12.1%}")
+        shares = [flagged(load, args.levels, n) for n in args.requests]
+        print(f"{load:>16.1f}" + "".join(f" {share:>12.1%}" for share in shares))
 
 
 if __name__ == "__main__":

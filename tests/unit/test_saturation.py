@@ -33,18 +33,28 @@ def test_a_server_fed_twice_as_fast_as_it_serves_is_over_saturated() -> None:
 
 
 def test_a_server_with_room_is_rarely_called_saturated() -> None:
-    # at half its capacity a queue still wanders, and its wanderings follow one another;
-    # the test's error allows for that (the AR(1) widening), so its false alarms stay
-    # near its 5 % level (at 0.6 of capacity: 9 of 200 levels flagged; 41 without it)
-    flagged = [saturation(queue(arrival_rate=2.5, service_s=0.2, n=60, seed=s))
+    # below its capacity a queue still wanders, and its wanderings follow one another; the
+    # steps of a stationary wait sum to its last value less its first, which does not grow
+    # with the level (at 0.8 of capacity: none of 200 levels flagged, benchmarks/)
+    flagged = [saturation(queue(arrival_rate=4, service_s=0.2, n=60, seed=s))
                ["over_saturated"] for s in range(100)]
-    assert None not in flagged and sum(flagged) <= 8
+    assert None not in flagged and sum(flagged) <= 5
 
 
 def test_a_server_fed_twice_its_capacity_is_nearly_always_called_saturated() -> None:
     flagged = [saturation(queue(arrival_rate=10, service_s=0.2, n=60, seed=s))
                ["over_saturated"] for s in range(100)]
-    assert sum(bool(f) for f in flagged) >= 85
+    assert sum(bool(f) for f in flagged) >= 95
+
+
+def test_a_short_level_at_three_times_capacity_is_always_called_saturated() -> None:
+    # the engine's own test (tests/integration/test_load.py): 40 arrivals at three times
+    # what the engine serves; a least-squares line through the TTFTs, its error widened for
+    # residuals that follow one another, once let 1 in 14 of these through (CI, slope
+    # +1,842 ms/s, its lower bound -7)
+    flagged = [saturation(queue(arrival_rate=15, service_s=0.2, n=40, seed=s))
+               ["over_saturated"] for s in range(200)]
+    assert all(flagged)
 
 
 def test_a_level_too_short_to_tell_is_not_judged() -> None:

@@ -2,22 +2,24 @@
 
 An engine that keeps up with its arrivals reaches a steady state: as many requests in
 flight, and the same time to first token, late in the level as early on. One that does not
-builds a queue, so both grow with time. The test, on the level's own per-request results:
-fit, by least squares against each request's start time, (a) its TTFT and (b) the number
-of the level's requests in flight when it started (itself included, counted from the start
-times and latencies the client recorded); call the level over-saturated when the one-sided
-lower confidence bound of both slopes is above zero. The ramp is left out (every level
-fills from empty, which is growth too): the first RAMP_SHARE of the arrival span, or
-RAMP_LIFETIMES of the level's shortest request lifetime if that is longer (a level whose
-requests all arrive within a request's lifetime is one burst, with no steady state to
-leave); a level with fewer than MIN_REQUESTS requests after it is not judged.
+builds a queue, so both grow with time. The test, on the level's own per-request results,
+taken in order of start time: the drift of (a) TTFT and (b) the number of the level's
+requests in flight when each started (itself included, counted from the start times and
+latencies the client recorded), each from its steps from one request to the next (its last
+value less its first, over the time between them), with a one-sided lower confidence bound
+from how the steps scatter; call the level over-saturated when both lower bounds are above
+zero. The ramp is left out (every level fills from empty, which is growth too): the first
+RAMP_SHARE of the arrival span, or RAMP_LIFETIMES of the level's shortest request lifetime
+if that is longer (a level whose requests all arrive within a request's lifetime is one
+burst, with no steady state to leave); a level with fewer than MIN_REQUESTS requests after
+it is not judged.
 
-GuideLLM's over-saturation stop (`--over-saturation`) fits the same two slopes over a
-sliding window while a run goes on, and flags a slope whose margin of error is below
-twice the slope itself (a relative margin of 2), which a slope whose interval still holds
-zero can pass; here the interval must exclude zero. This judges a finished level, so there
-is no window to slide: the whole level after its ramp is the sample (docs/load.md,
-"Over-saturation").
+GuideLLM's over-saturation stop (`--over-saturation`) watches the same two quantities,
+fitting least-squares slopes over a sliding window while a run goes on, and flags a slope
+whose margin of error is below twice the slope itself (a relative margin of 2), which a
+slope whose interval still holds zero can pass; here the interval must exclude zero.
+This judges a finished level, so there is no window to slide: the whole level after its
+ramp is the sample (docs/load.md, "Over-saturation").
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ RAMP_SHARE = 0.25  # of the level's arrival span, left out as its ramp-up,
 RAMP_LIFETIMES = 2  # or this many of its shortest request's lifetimes, if longer
 MIN_REQUESTS = 8  # after the ramp: fewer and the level is not judged
 
-TEST = (f"slopes of TTFT and of requests in flight against start time, the ramp (the "
+TEST = (f"drifts of TTFT and of requests in flight from one request to the next, the ramp (the "
         f"first {RAMP_SHARE:.0%} of the arrival span, or {RAMP_LIFETIMES} shortest request "
         f"lifetimes) left out; over-saturated when both one-sided {CONFIDENCE:.0%} lower "
         "bounds are above zero")
@@ -67,29 +69,25 @@ def in_flight_at(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     return np.array([int(np.sum((starts <= t) & (ends > t))) for t in starts])
 
 
-def _fit(x: np.ndarray, y: np.ndarray) -> SlopeFit:
-    """Least squares, its slope's standard error widened for residuals that follow one
-    another: a queue's length now is much like its length a moment ago, and an error that
-    assumes independent requests would see growth in a steady queue. The widening is the
-    AR(1) effective sample size, n (1 - r) / (1 + r) for a lag-1 autocorrelation r > 0."""
-    fit = stats.linregress(x, y)
-    slope, err = float(fit.slope), float(fit.stderr)
-    if math.isnan(err):  # a perfect fit of two points has no error estimate
-        err = 0.0
-    residuals = y - (fit.intercept + fit.slope * x)
-    r = _lag1(residuals)
-    n_eff = max(3.0, len(x) * (1 - r) / (1 + r))
-    lower = slope - float(stats.t.ppf(CONFIDENCE, n_eff - 2)) * err * math.sqrt(len(x) / n_eff)
+def _drift(x: np.ndarray, y: np.ndarray) -> SlopeFit:
+    """y's drift per unit of x, from its steps from one request to the next: the sum of
+    the steps over the sum of the gaps (the last value less the first, over the span), its
+    standard error from how the steps scatter about that drift. Over capacity, a queue's
+    wait is a random walk (Lindley's recursion: each request waits as long as the one
+    before it, plus that one's service, less the gap between their arrivals), so its steps
+    are independent and their mean is the drift. Within capacity the wait is stationary:
+    its steps sum to its last value less its first, which does not grow with the level,
+    while their scatter does, so a steady queue is seldom flagged. A least-squares line
+    through the values themselves has neither property: a random walk's residuals follow
+    one another, and its slope's error has to be widened so far for that that a queue
+    growing by seconds a second can fail to clear zero (docs/load.md)."""
+    dx, dy = np.diff(x), np.diff(y)
+    steps, gap = len(dx), float(dx.sum())
+    slope = float(dy.sum()) / gap
+    scatter = dy - slope * dx
+    err = math.sqrt(float(scatter @ scatter) / (steps - 1) * steps) / gap
+    lower = slope - float(stats.t.ppf(CONFIDENCE, steps - 1)) * err
     return SlopeFit(slope=round(slope, 4), lower=round(lower, 4), n=len(x))
-
-
-def _lag1(residuals: np.ndarray) -> float:
-    """The lag-1 autocorrelation of the residuals, 0 when negative or undefined."""
-    centred = residuals - residuals.mean()
-    denom = float(np.dot(centred, centred))
-    if denom <= 0:
-        return 0.0
-    return max(0.0, min(0.99, float(np.dot(centred[1:], centred[:-1])) / denom))
 
 
 def saturation(raw: dict) -> Saturation:
@@ -109,12 +107,13 @@ def saturation(raw: dict) -> Saturation:
     if span <= 0 or n < MIN_REQUESTS:
         return Saturation(test=TEST, over_saturated=None,
                           reason=f"{n} request(s) after the ramp; {MIN_REQUESTS} are needed")
-    x = starts[keep] - begin
+    order = np.argsort(starts[keep], kind="stable")
+    x = (starts[keep] - begin)[order]
     if np.ptp(x) <= 0:
         return Saturation(test=TEST, over_saturated=None,
                           reason="every request after the ramp started at once")
-    ttft_fit = _fit(x, ttft[keep])
-    flight_fit = _fit(x, in_flight_at(starts, ends)[keep].astype(float))
+    ttft_fit = _drift(x, ttft[keep][order])
+    flight_fit = _drift(x, in_flight_at(starts, ends)[keep][order].astype(float))
     over = ttft_fit["lower"] > 0 and flight_fit["lower"] > 0
     return Saturation(test=TEST, over_saturated=bool(over), ttft_ms=ttft_fit,
                       in_flight=flight_fit,
