@@ -16,6 +16,10 @@
 #   --print-python  the interpreter: WORKBENCH_PYTHON, else the first of python3.12,
 #                   python3.11 that runs and that vLLM 0.32 supports (Python >=3.11,<3.15).
 #   --print-envs    the engine's and the quantiser's environment folders these choices name.
+#   --print-zen     yes when vLLM would serve on AMD Zen's platform here (an AMD CPU with
+#                   AVX-512, as vLLM tests it) and the engine build is cpu: where setup is
+#                   to add zentorch (requirements/zen.txt) to the engine environment.
+#                   WORKBENCH_CPUINFO names the file read instead of /proc/cpuinfo (tests).
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -70,6 +74,19 @@ choose_python() {
 
 digest() { cat "$@" | sha256sum | cut -c1-12; }
 
+# vLLM's own test for AMD Zen's platform (vllm/platforms/__init__.py, _is_amd_zen_cpu):
+# "AuthenticAMD" and "avx512" anywhere in /proc/cpuinfo. It serves there when zentorch
+# imports, so setup installs zentorch exactly where vLLM would use it.
+choose_zen() {
+  local cpuinfo=${WORKBENCH_CPUINFO:-/proc/cpuinfo}
+  if [[ $device == cpu ]] && grep -q AuthenticAMD "$cpuinfo" 2>/dev/null &&
+    grep -q avx512 "$cpuinfo" 2>/dev/null; then
+    echo yes
+  else
+    echo no
+  fi
+}
+
 # An environment's folder: named by the digest of its requirements, the interpreter's
 # name as chosen and the device, so that an environment built before is found again
 # when the same choices are made (python3.11 was the only default until vLLM 0.32).
@@ -79,7 +96,8 @@ case ${1:-} in
   --print-device) choose_device; exit 0 ;;
   --print-python) choose_python; exit 0 ;;
   --print-envs | "") ;;
-  *) fail "unknown option $1: allowed are --print-device, --print-python, --print-envs (or none: set up)" ;;
+  --print-zen) device=$(choose_device); choose_zen; exit 0 ;;
+  *) fail "unknown option $1: allowed are --print-device, --print-python, --print-envs, --print-zen (or none: set up)" ;;
 esac
 
 device=$(choose_device)

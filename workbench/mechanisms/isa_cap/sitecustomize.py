@@ -2,8 +2,8 @@
 WORKBENCH_NO_ZENTORCH=1 (mechanisms/paths.py puts this folder first on PYTHONPATH then, and
 only then).
 
-WORKBENCH_NO_ZENTORCH (engine.platform: cpu): vLLM serves on AMD Zen's platform whenever
-zentorch imports on an AMD CPU with AVX-512 (vllm/platforms/__init__.py,
+WORKBENCH_NO_ZENTORCH (engine.platform: cpu), and the ISA cap too: vLLM serves on AMD Zen's
+platform whenever zentorch imports on an AMD CPU with AVX-512 (vllm/platforms/__init__.py,
 cpu_platform_plugin); a module entry of None makes `import zentorch` raise ImportError, on
 which vLLM stays on its CPU platform.
 
@@ -33,7 +33,10 @@ def _cap() -> None:
 
 if os.environ.get("WORKBENCH_CPU_ISA_CAP", "").lower() == "avx2":
     _cap()
-if os.environ.get("WORKBENCH_NO_ZENTORCH") == "1":
+# an AVX2 machine never serves on Zen's platform (vLLM asks /proc/cpuinfo for avx512), so
+# neither does one standing in for it
+if (os.environ.get("WORKBENCH_NO_ZENTORCH") == "1"
+        or os.environ.get("WORKBENCH_CPU_ISA_CAP", "").lower() == "avx2"):
     import sys
 
     sys.modules["zentorch"] = None  # type: ignore[assignment]
