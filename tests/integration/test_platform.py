@@ -53,3 +53,29 @@ def test_the_zen_platform_line_vllm_logs_is_read_into_the_kernels() -> None:
     line = f"(APIServer pid=7) INFO 12-07 12:00:00 [__init__.py:212] {message}\n"
     assert kernel_choices(line)["platform"] == "ZenCpuPlatform"
     assert "platform" not in kernel_choices("(APIServer pid=7) INFO ... [x.py:1] Starting\n")
+
+
+@pytest.mark.parametrize("raises", [None, "OSError", "RuntimeError"])
+def test_the_platform_predicted_before_any_engine_is_the_one_vllm_picks(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, raises: str | None) -> None:
+    """serve/device.py's zen_platform asks vLLM's own plugin in the engine's environment: a
+    zentorch that imports gives Zen's platform on a Zen CPU; one built for another torch
+    (OSError on import, which vLLM catches) gives vLLM's CPU platform, and so does any
+    other failure, for which vLLM's CPU plugin fails and the prediction says no."""
+    from workbench.config.run_config import EngineConfig
+    from workbench.serve import device
+
+    stand_in = tmp_path / "site" / "zentorch"
+    stand_in.mkdir(parents=True)
+    (stand_in / "__init__.py").write_text(
+        f"raise {raises}('undefined symbol: a stand-in')\n" if raises else "")
+    monkeypatch.setenv("PYTHONPATH", str(stand_in.parent))
+    device.vllm_platform.cache_clear()
+    try:
+        predicted = device.zen_platform("cpu", EngineConfig())
+        picked = device.vllm_platform()
+    finally:
+        device.vllm_platform.cache_clear()
+    assert predicted is (zen_cpu() and raises is None)
+    assert predicted is (picked == device.ZEN_PLATFORM)
+    assert device.zen_platform("cpu", EngineConfig(platform="cpu")) is False

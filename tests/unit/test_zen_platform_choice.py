@@ -28,14 +28,15 @@ CPUINFO = {
 
 @pytest.fixture
 def cpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201
-    """Set the CPU class /proc/cpuinfo reports, and whether zentorch can be found."""
+    """Set the CPU class /proc/cpuinfo reports, and the platform vLLM's own plugin names in
+    the engine's environment (zentorch importing there or not; tests/integration/
+    test_platform.py asks the real one)."""
     def choose(name: str, zentorch: bool = True) -> None:
         info = tmp_path / f"cpuinfo-{name}"
         info.write_text(CPUINFO[name])
         monkeypatch.setattr(host, "CPUINFO", info)
-        found = mock.Mock() if zentorch else None
-        monkeypatch.setattr(device.importlib.util, "find_spec",
-                            lambda name: found if name == "zentorch" else None)
+        monkeypatch.setattr(device, "vllm_platform", lambda: (
+            device.ZEN_PLATFORM if zentorch else "vllm.platforms.cpu.CpuPlatform"))
     monkeypatch.delenv(host.ISA_CAP_ENV, raising=False)
     return choose
 
@@ -102,3 +103,19 @@ def test_the_isa_cap_hides_zentorch_from_the_engines_processes(
     probe = subprocess.run([sys.executable, "-c", "import zentorch"], env=env,
                            capture_output=True, text=True, timeout=120)
     assert (probe.returncode == 0) is imports, probe.stderr
+
+
+@pytest.mark.parametrize(("planned_zen", "logged", "cached"), [
+    (True, "ZenCpuPlatform", True), (False, None, True),
+    (True, None, False), (False, "ZenCpuPlatform", False)])
+def test_a_baseline_served_on_another_platform_than_its_key_says_is_not_cached(
+        cpu, planned_zen: bool, logged: str | None, cached: bool) -> None:  # noqa: ANN001
+    from types import SimpleNamespace
+
+    from workbench.measure import pair
+
+    cpu("zen4", zentorch=planned_zen)
+    plan = SimpleNamespace(device="cpu", cfg=SimpleNamespace(engine=EngineConfig()))
+    kernels = {"platform": logged} if logged else {}
+    measured = SimpleNamespace(server=SimpleNamespace(kernels=kernels))
+    assert pair._served_as_planned(plan, measured) is cached  # type: ignore[arg-type]

@@ -75,9 +75,10 @@ def _drift(x: np.ndarray, y: np.ndarray) -> SlopeFit:
     standard error from how the steps scatter about that drift. Over capacity, a queue's
     wait is a random walk (Lindley's recursion: each request waits as long as the one
     before it, plus that one's service, less the gap between their arrivals), so its steps
-    are independent and their mean is the drift. Within capacity the wait is stationary:
-    its steps sum to its last value less its first, which does not grow with the level,
-    while their scatter does, so a steady queue is seldom flagged. A least-squares line
+    are independent, their sum over the span is the drift per second, and the bound holds
+    at its stated level. Within capacity the wait is stationary: its steps sum to its last
+    value less its first, which does not grow with the level, while their scatter does, so
+    the bound is conservative there and a steady queue is seldom flagged. A least-squares line
     through the values themselves has neither property: a random walk's residuals follow
     one another, and its slope's error has to be widened so far for that that a queue
     growing by seconds a second can fail to clear zero (docs/load.md)."""

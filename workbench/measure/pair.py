@@ -41,6 +41,7 @@ from workbench.measure.watch import StoppedEarly, WatchFor
 from workbench.mechanisms.files import write_json
 from workbench.plan.plan import Plan
 from workbench.quantize.build import QuantizeResult
+from workbench.serve.device import device_facts
 from workbench.suites.definition import Suite
 from workbench.suites.results import SuiteResult
 from workbench.suites.split import ItemSplit
@@ -109,8 +110,20 @@ def measure_baseline_suites(p: Plan, out_dir: Path, console: Console) -> Measure
                       served_name(p, "baseline"), [], p.suites, p.requests, p.model_dir,
                       out_dir, console, p.device, further=p.further,
                       load_test=_load_with_suites(p))
-    store_in_cache(out_dir, baseline_entry(p))
+    if _served_as_planned(p, m):
+        store_in_cache(out_dir, baseline_entry(p))
+    else:
+        console.print("[yellow]![/] the baseline served on another platform than planned "
+                      f"({m.server.kernels.get('platform', 'CpuPlatform')}): not cached")
     return m
+
+
+def _served_as_planned(p: Plan, m: Measurement) -> bool:
+    """Whether the engine served on the platform the cache key was made for (serve/
+    device.py, zen_platform): a baseline keyed as one platform's and measured on the
+    other would be reused beside candidates it cannot be compared with."""
+    planned = device_facts(p.device, p.cfg.engine).zen_platform
+    return planned is (m.server.kernels.get("platform") == "ZenCpuPlatform")
 
 
 def _baseline(p: Plan, run_dir: Path, console: Console) -> tuple[Measurement, bool]:

@@ -10,14 +10,16 @@ session drift").
 
 from __future__ import annotations
 
-import importlib.util
+import functools
 import re
+import subprocess
 from dataclasses import asdict, dataclass
 from typing import Literal
 
 from workbench.config.run_config import EngineConfig
 from workbench.mechanisms.gpu import GpuHost, lowest_capability, this_host
 from workbench.mechanisms.host import amd_zen_avx512, fast_dtype
+from workbench.mechanisms.paths import engine_python, offline_env
 
 __all__ = [
     "CPU_IN_FLIGHT",
@@ -33,6 +35,7 @@ __all__ = [
     "serve_dtype",
     "suite_binding",
     "suite_in_flight",
+    "vllm_platform",
     "zen_platform",
 ]
 
@@ -238,11 +241,31 @@ def device_facts(device: str, engine: EngineConfig) -> DeviceFacts:
 
 
 def zen_platform(device: str, engine: EngineConfig) -> bool:
-    """Whether vLLM will serve on AMD Zen's platform: it does on an AMD CPU with AVX-512
-    whenever zentorch imports in the engine's environment (vllm/platforms/__init__.py,
-    cpu_platform_plugin), the workbench's own (scripts/setup.sh installs it there), unless
-    `engine.platform: cpu` or the ISA cap hides it (mechanisms/isa_cap). Known before any
-    engine starts, so a baseline measured on the other platform is not reused (measure/
-    cache.py); the record names the platform each engine really served on."""
-    return (device == "cpu" and engine.platform == "auto" and amd_zen_avx512()
-            and importlib.util.find_spec("zentorch") is not None)
+    """Whether vLLM will serve on AMD Zen's platform. It does on an AMD CPU with AVX-512
+    where `import zentorch` succeeds in the engine's processes (vllm/platforms/__init__.py,
+    cpu_platform_plugin; a zentorch built for another torch raises OSError there and vLLM
+    stays on its CPU platform), so on such a CPU the engine's own interpreter is asked, in
+    the engine's environment, once per process; never under `engine.platform: cpu` or the
+    ISA cap, which hide zentorch (mechanisms/isa_cap). Known before any engine starts, so a
+    baseline measured on the other platform is not reused (measure/cache.py); the record
+    names the platform each engine really served on."""
+    if device != "cpu" or engine.platform != "auto" or not amd_zen_avx512():
+        return False
+    return vllm_platform() == ZEN_PLATFORM
+
+
+ZEN_PLATFORM = "vllm.platforms.zen_cpu.ZenCpuPlatform"
+_PLATFORM_PROBE = "from vllm.platforms import cpu_platform_plugin as p; print(p())"
+
+
+@functools.cache
+def vllm_platform() -> str:
+    """The CPU platform class vLLM's own plugin picks in the engine's environment (its last
+    line of output), or "" where it cannot say."""
+    try:
+        out = subprocess.run([str(engine_python()), "-c", _PLATFORM_PROBE],
+                             env=offline_env(), capture_output=True, text=True, timeout=180)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    lines = out.stdout.strip().splitlines()
+    return lines[-1].strip() if out.returncode == 0 and lines else ""

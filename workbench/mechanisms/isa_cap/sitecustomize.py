@@ -31,12 +31,13 @@ def _cap() -> None:
             setattr(torch.cpu, probe, lambda: False)
 
 
-if os.environ.get("WORKBENCH_CPU_ISA_CAP", "").lower() == "avx2":
-    _cap()
 # an AVX2 machine never serves on Zen's platform (vLLM asks /proc/cpuinfo for avx512), so
-# neither does one standing in for it
+# neither does one standing in for it; hidden before torch is imported below, in case
+# torch's backend autoloading would import it
 if (os.environ.get("WORKBENCH_NO_ZENTORCH") == "1"
         or os.environ.get("WORKBENCH_CPU_ISA_CAP", "").lower() == "avx2"):
     import sys
 
     sys.modules["zentorch"] = None  # type: ignore[assignment]
+if os.environ.get("WORKBENCH_CPU_ISA_CAP", "").lower() == "avx2":
+    _cap()
