@@ -188,30 +188,50 @@ def private_network(name: str) -> Iterator[list[str]]:
 
 # ---- a vLLM endpoint ----------------------------------------------------------------------
 
-@contextmanager
-def vllm_endpoint(model: Path, served: str, log: Path, api_key: str | None = None
-                  ) -> Iterator[str]:
-    """vLLM's OpenAI-compatible server on 127.0.0.1, as a team deploys one (optionally
-    behind --api-key), in the float type this CPU computes fast in (bf16 is emulated
-    without AVX512_BF16 or AMX: docs/benchmarks.md, "Compute dtype"); stopped afterwards."""
+@dataclass(frozen=True)
+class Endpoint:
+    """One vLLM endpoint to start: its model, served name, log and optional key."""
+
+    model: Path
+    served: str
+    log: Path
+    api_key: str | None = None
+
+
+def _launch(ep: Endpoint) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     cmd = [str(engine_python()), "-m", SERVE_MODULE,
-           "--model", str(model), "--served-model-name", served, "--host", "127.0.0.1",
+           "--model", str(ep.model), "--served-model-name", ep.served, "--host", "127.0.0.1",
            "--port", str(port), "--max-model-len", "512", "--dtype", fast_dtype("cpu"),
            "--enforce-eager"]
     env = {**offline_env(), "VLLM_CPU_KVCACHE_SPACE": "1"}
-    if api_key:
-        env["VLLM_API_KEY"] = api_key  # vLLM reads it like --api-key; keeps it off argv
-    with log.open("wb") as out:
+    if ep.api_key:
+        env["VLLM_API_KEY"] = ep.api_key  # vLLM reads it like --api-key; keeps it off argv
+    with ep.log.open("wb") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env,
                                 start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
+    return proc, f"http://127.0.0.1:{port}"
+
+
+@contextmanager
+def vllm_endpoints(*endpoints: Endpoint) -> Iterator[list[str]]:
+    """vLLM's OpenAI-compatible servers on 127.0.0.1, as a team deploys them (optionally
+    behind --api-key), in the float type this CPU computes fast in (bf16 is emulated
+    without AVX512_BF16 or AMX: docs/benchmarks.md, "Compute dtype"); started together, so
+    their starts overlap (most of a start is one process waiting on another), each waited
+    for until healthy; every one stopped afterwards."""
+    started: list[tuple[subprocess.Popen[bytes], str, Path]] = []
     try:
-        _wait(lambda: httpx.get(url + "/health", timeout=2).status_code == 200,
-              "vLLM endpoint", proc, timeout=600, log=log)
-        yield url
+        for ep in endpoints:
+            proc, url = _launch(ep)
+            started.append((proc, url, ep.log))
+        for proc, url, log in started:
+            _wait(lambda url=url: httpx.get(url + "/health", timeout=2).status_code == 200,
+                  "vLLM endpoint", proc, timeout=600, log=log)
+        yield [url for _, url, _ in started]
     finally:
-        stop(proc, grace_s=20)
+        for proc, _, _ in started:
+            stop(proc, grace_s=20)
 
 
 # ---- a vLLM endpoint whose /metrics read as vLLM's CUDA build renders them ---------------

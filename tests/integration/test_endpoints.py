@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from servers import cuda_metrics_proxy, vllm_endpoint
+from servers import Endpoint, cuda_metrics_proxy, vllm_endpoints
 
 pytestmark = pytest.mark.integration
 
@@ -77,8 +77,8 @@ def test_endpoints_with_and_without_a_key(tiny_model: Path, tmp_path: Path) -> N
     config = tmp_path / "endpoints.yaml"
     config.write_text(CONFIG.format(model=tiny_model, repo=REPO))
     env = {k: v for k, v in os.environ.items() if k != "WB_BASELINE_KEY"}
-    with vllm_endpoint(tiny_model, "tiny-keyed", tmp_path / "keyed.log", api_key=key) as k, \
-            vllm_endpoint(tiny_model, "tiny-open", tmp_path / "open.log") as o, \
+    with vllm_endpoints(Endpoint(tiny_model, "tiny-keyed", tmp_path / "keyed.log", key),
+                        Endpoint(tiny_model, "tiny-open", tmp_path / "open.log")) as (k, o), \
             cuda_metrics_proxy(k) as keyed, cuda_metrics_proxy(o) as open_url:
         sides = ("--baseline-endpoint", keyed, "--candidate-endpoint", open_url)
         evaluate = ("evaluate", "--config", str(config), "--candidate", "deployed",
