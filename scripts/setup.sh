@@ -17,8 +17,8 @@
 #                   python3.11 that runs and that vLLM 0.32 supports (Python >=3.11,<3.15).
 #   --print-envs    the engine's and the quantiser's environment folders these choices name.
 #   --print-zen     yes when vLLM would serve on AMD Zen's platform here (an AMD CPU with
-#                   AVX-512, as vLLM tests it) and the engine build is cpu: where setup is
-#                   to add zentorch (requirements/zen.txt) to the engine environment.
+#                   AVX-512, as vLLM tests it) and the engine build is cpu: then setup adds
+#                   zentorch (requirements/zen.txt) to the engine environment, else no.
 #                   WORKBENCH_CPUINFO names the file read instead of /proc/cpuinfo (tests).
 set -euo pipefail
 
@@ -146,6 +146,24 @@ if [[ ! -f "$cluster_marker" ]]; then
   say "installing requirements/cluster.txt (Ray, psycopg) into $engine"
   "$engine/bin/pip" install -q -r "$repo/requirements/cluster.txt" 2>&1 | quiet_pip
   touch "$cluster_marker"
+fi
+
+# AMD Zen's platform (docs/candidates.md, "On AMD Zen's own platform"): zentorch on top of
+# the engine environment where vLLM would serve on it, keyed by the file's digest. A build
+# that does not install or import here is removed again, said once, and vLLM stays on its
+# CPU platform, as it does wherever zentorch is absent.
+if [[ $(choose_zen) == yes ]]; then
+  zen_marker="$engine/.zen-requirements-$(digest "$repo/requirements/zen.txt")"
+  if [[ ! -f "$zen_marker" ]]; then
+    say "AMD CPU with AVX-512: installing requirements/zen.txt (zentorch, AMD Zen's vLLM platform) into $engine"
+    if "$engine/bin/pip" install -q -r "$repo/requirements/zen.txt" 2>&1 | quiet_pip &&
+      "$engine/bin/python" -c "import zentorch" >/dev/null 2>&1; then
+      touch "$zen_marker"
+    else
+      "$engine/bin/pip" uninstall -q -y zentorch >/dev/null 2>&1 || true
+      say "zentorch did not install or import here: the engine serves on vLLM's CPU platform"
+    fi
+  fi
 fi
 
 # The workbench itself: an editable install pointing at this checkout (cheap,

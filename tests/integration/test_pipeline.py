@@ -15,8 +15,10 @@ from pathlib import Path
 import pytest
 from quantised import QUANTISED, QUANTISED_FORMAT, QUANTISED_RECIPE
 
+from workbench.config.run_config import EngineConfig
 from workbench.mechanisms.host import fast_dtype
 from workbench.mechanisms.paths import cache_root
+from workbench.serve.device import zen_platform
 from workbench.serve.engine import SERVE_MODULE
 
 pytestmark = pytest.mark.integration
@@ -220,6 +222,12 @@ def test_quantise_serve_evaluate_gate_record(tiny_config: Path, tmp_path: Path, 
     assert record["quantization"]["compute_dtype"] == fast_dtype("cpu")
     assert record["quantization"]["served_format"]["label"] == QUANTISED_FORMAT
     assert record["served_dense"] is None and "served dense" not in first.stdout
+    # each engine served on the platform predicted before it started (AMD Zen's where setup
+    # installed zentorch on such a CPU), and the record names it from the engine's own log
+    zen = zen_platform("cpu", EngineConfig())
+    for role in ("baseline", "candidate"):
+        assert record["engine"]["kernels"][role].get("platform") == (
+            "ZenCpuPlatform" if zen else None), record["engine"]["kernels"]
     gates = {g["gate"]: g for g in record["gates"]}
     assert "quality:arithmetic" in gates
     check_load_classes(record, gates, (record_file.parent / "decision.md").read_text())

@@ -55,6 +55,27 @@ def test_the_zen_platform_line_vllm_logs_is_read_into_the_kernels() -> None:
     assert "platform" not in kernel_choices("(APIServer pid=7) INFO ... [x.py:1] Starting\n")
 
 
+@pytest.mark.parametrize("no_zentorch", [False, True])
+def test_the_launchers_platform_line_is_read_into_the_kernels(tmp_path: Path,
+                                                               no_zentorch: bool) -> None:
+    """vLLM's own line is logged before its handler exists, so a server's log never holds
+    it; the workbench's launcher prints the platform vLLM resolved in the engine's own
+    process, and only Zen's enters the record's kernels."""
+    fake = tmp_path / "site" / "zentorch"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("# a stand-in: vLLM only imports it to choose\n")
+    env = offline_env(no_zentorch=no_zentorch)
+    env["PYTHONPATH"] = ":".join(filter(None, [env.get("PYTHONPATH"), str(fake.parent)]))
+    out = subprocess.run([str(engine_python()), "-c", "from workbench.subprocesses.vllm_serve "
+                          "import platform_line; print(platform_line())"], env=env,
+                         capture_output=True, text=True, timeout=300, check=True).stdout
+    zen = zen_cpu() and not no_zentorch
+    assert out.strip().splitlines()[-1] == (
+        "workbench: vLLM serves on " + ("ZenCpuPlatform" if zen else "CpuPlatform"))
+    log = f"{out}(APIServer pid=7) INFO 12-07 12:00:00 [api_utils.py:286] non-default args\n"
+    assert kernel_choices(log).get("platform") == ("ZenCpuPlatform" if zen else None)
+
+
 @pytest.mark.parametrize("raises", [None, "OSError", "RuntimeError"])
 def test_the_platform_predicted_before_any_engine_is_the_one_vllm_picks(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, raises: str | None) -> None:

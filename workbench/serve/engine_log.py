@@ -65,8 +65,12 @@ _KERNEL = re.compile(r"\] (?:Using|Selected) (\w+) for "
 _ATTENTION = re.compile(r"\] Using (?:AttentionBackendEnum\.)?(\w+) (?:attention )?backend")
 _KV_DTYPE = re.compile(r"\] Using (fp8\w*) data type to store kv cache")
 # "AMD Zen CPU detected with zentorch installed, using ZenCpuPlatform." (info; vllm/platforms/
-# __init__.py, cpu_platform_plugin): the one platform choice vLLM logs above debug level
-_ZEN = re.compile(r"\] AMD Zen CPU detected with zentorch installed, using (ZenCpuPlatform)")
+# __init__.py, cpu_platform_plugin): the one platform choice vLLM logs above debug level, but
+# on import, before its handler exists, so it is not in a server's log; the workbench's
+# launcher says the same (subprocesses/vllm_serve.py, PLATFORM_LINE). Only Zen's is kept: a
+# record without the key served on vLLM's own platform, as every record before it did.
+_ZEN = re.compile(r"\] AMD Zen CPU detected with zentorch installed, using (ZenCpuPlatform)"
+                  r"|^workbench: vLLM serves on (ZenCpuPlatform)$", re.MULTILINE)
 
 
 def kernel_uses(log_text: str) -> dict[str, list[str]]:
@@ -88,7 +92,8 @@ def kernel_choices(log_text: str) -> dict[str, str]:
              for scheme, kernels in kernel_uses(log_text).items()}
     for key, pattern in (("attention", _ATTENTION), ("kv_cache", _KV_DTYPE),
                          ("platform", _ZEN)):
-        matches = pattern.findall(log_text)
+        matches = [m if isinstance(m, str) else next(filter(None, m), "")
+                   for m in pattern.findall(log_text)]
         if matches:
             found[key] = matches[-1]
     return found

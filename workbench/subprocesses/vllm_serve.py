@@ -42,6 +42,19 @@ def serve_parser():  # -> tuple[FlexibleArgumentParser, ServeSubcommand]
     return parser, command
 
 
+PLATFORM_LINE = "workbench: vLLM serves on {}"
+
+
+def platform_line() -> str:
+    """The platform vLLM resolved in this process, as the first line of the engine's log.
+    vLLM logs its choice of AMD Zen's platform at INFO while it resolves it, which happens
+    on import, before its log handler is set up, so the line never reaches the log; this
+    one does (serve/engine_log.py reads it into the record)."""
+    from vllm.platforms import current_platform
+
+    return PLATFORM_LINE.format(type(current_platform).__name__)
+
+
 def main(argv: list[str]) -> None:
     from vllm.entrypoints.serve.utils.api_utils import cli_env_setup
     from vllm.logger import configure_logging_from_args
@@ -50,6 +63,7 @@ def main(argv: list[str]) -> None:
     parser, command = serve_parser()
     args = parser.parse_args(serve_argv(argv))
     configure_logging_from_args(args)
+    print(platform_line(), flush=True)
     command.validate(args)
     args.dispatch_function(args)
 
