@@ -150,18 +150,23 @@ fi
 
 # AMD Zen's platform (docs/candidates.md, "On AMD Zen's own platform"): zentorch on top of
 # the engine environment where vLLM would serve on it, keyed by the file's digest. A build
-# that does not install or import here is removed again, said once, and vLLM stays on its
-# CPU platform, as it does wherever zentorch is absent.
+# that does not install or import here is removed again and said once (a marker keeps later
+# runs from trying again); vLLM then stays on its CPU platform, as wherever zentorch is
+# absent.
 if [[ $(choose_zen) == yes ]]; then
-  zen_marker="$engine/.zen-requirements-$(digest "$repo/requirements/zen.txt")"
-  if [[ ! -f "$zen_marker" ]]; then
+  zen_digest=$(digest "$repo/requirements/zen.txt")
+  zen_marker="$engine/.zen-requirements-$zen_digest"
+  zen_refused="$engine/.zen-unavailable-$zen_digest"
+  if [[ ! -f "$zen_marker" && ! -f "$zen_refused" ]]; then
     say "AMD CPU with AVX-512: installing requirements/zen.txt (zentorch, AMD Zen's vLLM platform) into $engine"
     if "$engine/bin/pip" install -q -r "$repo/requirements/zen.txt" 2>&1 | quiet_pip &&
       "$engine/bin/python" -c "import zentorch" >/dev/null 2>&1; then
       touch "$zen_marker"
     else
       "$engine/bin/pip" uninstall -q -y zentorch >/dev/null 2>&1 || true
-      say "zentorch did not install or import here: the engine serves on vLLM's CPU platform"
+      touch "$zen_refused"
+      say "zentorch did not install or import here: the engine serves on vLLM's CPU platform" \
+        "(remove $zen_refused to try again)"
     fi
   fi
 fi

@@ -338,6 +338,7 @@ def measure_pair(p: Plan, q: QuantizeResult, run_dir: Path, console: Console,
     base, cand = _with_load(p, q, base, cand, base_hit, run_dir, console)
     if done is not None:  # the completed pair replaces the stopped one, once it exists
         shutil.rmtree(folder, ignore_errors=True)
-    store_pair(run_dir, folder)
+    if _served_as_planned(p, base) and _served_as_planned(p, cand):
+        store_pair(run_dir, folder)
     return MeasuredPair(q, base, cand, {"baseline_results": base_hit,
                                         "measurement_pair": False})

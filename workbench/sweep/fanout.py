@@ -166,11 +166,13 @@ def _baseline_entry_task(config_path: str, profiles: Profiles, candidate: str, d
     """Measure the baseline's suites (unless its node's cache has them) and return the
     sealed cache entry."""
     p = _task_plan(config_path, profiles, candidate, device)
-    entry = baseline_entry(p)
+    entry, said = baseline_entry(p), io.StringIO()
     if load_cached(entry) is None:
-        console = Console(file=io.StringIO(), width=160)
         with tempfile.TemporaryDirectory(prefix="workbench-baseline-") as tmp:
-            measure_baseline_suites(p, Path(tmp) / "baseline", console)
+            measure_baseline_suites(p, Path(tmp) / "baseline", Console(file=said, width=160))
+    if load_cached(entry) is None:  # not cached: it served on another platform than planned
+        raise InfraError("the baseline this task measured was not cached: "
+                         f"{said.getvalue().strip()[-300:]}")
     return pack(entry)
 
 
