@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from unittest import mock
 
@@ -27,7 +28,7 @@ CPUINFO = {
 
 
 @pytest.fixture
-def cpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201
+def cpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[..., None]:
     """Set the CPU class /proc/cpuinfo reports, and the platform vLLM's own plugin names in
     the engine's environment (zentorch importing there or not; tests/integration/
     test_platform.py asks the real one)."""
@@ -42,7 +43,7 @@ def cpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201
 
 
 @pytest.mark.parametrize("name", sorted(CPUINFO))
-def test_the_zen_test_is_vllms_own(cpu, name: str) -> None:  # noqa: ANN001
+def test_the_zen_test_is_vllms_own(cpu: Callable[..., None], name: str) -> None:
     from vllm.platforms import _is_amd_zen_cpu
 
     cpu(name)
@@ -53,7 +54,7 @@ def test_the_zen_test_is_vllms_own(cpu, name: str) -> None:  # noqa: ANN001
 
 
 def test_zens_platform_where_zentorch_imports_on_a_zen_cpu_and_nowhere_else(
-        cpu, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
+        cpu: Callable[..., None], monkeypatch: pytest.MonkeyPatch) -> None:
     cpu("zen4")
     assert device.zen_platform("cpu", EngineConfig()) is True
     assert device.device_facts("cpu", EngineConfig()).zen_platform is True
@@ -69,7 +70,7 @@ def test_zens_platform_where_zentorch_imports_on_a_zen_cpu_and_nowhere_else(
         assert device.zen_platform("cpu", EngineConfig()) is False
 
 
-def test_a_baseline_on_one_platform_is_not_reused_for_the_other(cpu) -> None:  # noqa: ANN001
+def test_a_baseline_on_one_platform_is_not_reused_for_the_other(cpu: Callable[..., None]) -> None:
     cfg = RunConfig.model_validate({
         "model": {"name": "m", "path": "m"}, "candidates": {"c": {"recipe": "none"}},
         "calibration": {"files": ["c.jsonl"]}, "engine": {"max_model_len": 8192},
@@ -109,13 +110,16 @@ def test_the_isa_cap_hides_zentorch_from_the_engines_processes(
     (True, "ZenCpuPlatform", True), (False, None, True),
     (True, None, False), (False, "ZenCpuPlatform", False)])
 def test_a_baseline_served_on_another_platform_than_its_key_says_is_not_cached(
-        cpu, planned_zen: bool, logged: str | None, cached: bool) -> None:  # noqa: ANN001
+        cpu: Callable[..., None], planned_zen: bool, logged: str | None, cached: bool) -> None:
     from types import SimpleNamespace
 
     from workbench.measure import pair
+    from workbench.serve.engine import ServerInfo
 
     cpu("zen4", zentorch=planned_zen)
     plan = SimpleNamespace(device="cpu", cfg=SimpleNamespace(engine=EngineConfig()))
     kernels = {"platform": logged} if logged else {}
-    measured = SimpleNamespace(server=SimpleNamespace(kernels=kernels))
+    server = ServerInfo(model_path="m", served_name="m", device="cpu", command=[],
+                        cold_start_s=1.0, log_file="log", kernels=kernels)
+    measured = SimpleNamespace(server=server)
     assert pair._served_as_planned(plan, measured) is cached  # type: ignore[arg-type]

@@ -42,6 +42,7 @@ from workbench.mechanisms.files import write_json
 from workbench.plan.plan import Plan
 from workbench.quantize.build import QuantizeResult
 from workbench.serve.device import device_facts
+from workbench.serve.engine_log import served_on_zen
 from workbench.suites.definition import Suite
 from workbench.suites.results import SuiteResult
 from workbench.suites.split import ItemSplit
@@ -123,7 +124,7 @@ def _served_as_planned(p: Plan, m: Measurement) -> bool:
     device.py, zen_platform): a baseline keyed as one platform's and measured on the
     other would be reused beside candidates it cannot be compared with."""
     planned = device_facts(p.device, p.cfg.engine).zen_platform
-    return planned is (m.server.kernels.get("platform") == "ZenCpuPlatform")
+    return planned is served_on_zen(m.server.kernels)
 
 
 def _baseline(p: Plan, run_dir: Path, console: Console) -> tuple[Measurement, bool]:

@@ -41,6 +41,7 @@ from workbench.record.sections import (
     SuiteSummary,
 )
 from workbench.serve.engine import ServerInfo
+from workbench.serve.engine_log import served_on_zen
 from workbench.suites.results import SuiteResult
 from workbench.suites.scorers.generation_health import health_summary
 
@@ -131,8 +132,7 @@ def _zen_grid(p: Plan, cand: Measurement) -> ZenInt4 | None:
     recipe file or checkpoint, whose grid the config does not state."""
     c = p.candidate
     symmetric, group = c.resolved_symmetric, c.resolved_group_size
-    if cand.server.kernels.get("platform") != "ZenCpuPlatform" or symmetric is None \
-            or group is None:
+    if not served_on_zen(cand.server.kernels) or symmetric is None or group is None:
         return None
     shapes = layer_shapes(json.loads((p.model_dir / "config.json").read_text()),
                           p.cfg.engine.tensor_parallel_size)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 
 __all__ = ["kernel_choices", "kernel_uses", "log_facts", "memory_at_load", "parse_cache_info",
-           "root_cause", "scheduler_flags"]
+           "root_cause", "scheduler_flags", "served_on_zen"]
 
 _LABEL = re.compile(r'(\w+)="([^"]*)"')
 # A Python exception line in the engine's log, possibly behind a worker prefix, e.g.
@@ -69,8 +69,14 @@ _KV_DTYPE = re.compile(r"\] Using (fp8\w*) data type to store kv cache")
 # on import, before its handler exists, so it is not in a server's log; the workbench's
 # launcher says the same (subprocesses/vllm_serve.py, PLATFORM_LINE). Only Zen's is kept: a
 # record without the key served on vLLM's own platform, as every record before it did.
-_ZEN = re.compile(r"\] AMD Zen CPU detected with zentorch installed, using (ZenCpuPlatform)"
-                  r"|^workbench: vLLM serves on (ZenCpuPlatform)$", re.MULTILINE)
+ZEN_PLATFORM_NAME = "ZenCpuPlatform"
+_ZEN = re.compile(r"(?:\] AMD Zen CPU detected with zentorch installed, using "
+                  rf"|^workbench: vLLM serves on )({ZEN_PLATFORM_NAME})\b", re.MULTILINE)
+
+
+def served_on_zen(kernels: dict[str, str]) -> bool:
+    """Whether an engine's kernel_choices() say vLLM served on AMD Zen's platform."""
+    return kernels.get("platform") == ZEN_PLATFORM_NAME
 
 
 def kernel_uses(log_text: str) -> dict[str, list[str]]:
@@ -92,8 +98,7 @@ def kernel_choices(log_text: str) -> dict[str, str]:
              for scheme, kernels in kernel_uses(log_text).items()}
     for key, pattern in (("attention", _ATTENTION), ("kv_cache", _KV_DTYPE),
                          ("platform", _ZEN)):
-        matches = [m if isinstance(m, str) else next(filter(None, m), "")
-                   for m in pattern.findall(log_text)]
+        matches = pattern.findall(log_text)
         if matches:
             found[key] = matches[-1]
     return found

@@ -46,7 +46,8 @@ PLATFORM_LINE = "workbench: vLLM serves on {}"
 
 
 def platform_line() -> str:
-    """The platform vLLM resolved in this process, as the first line of the engine's log.
+    """The platform vLLM resolved in this process, as a line of the engine's log, printed
+    before the server starts.
     vLLM logs its choice of AMD Zen's platform at INFO while it resolves it, which happens
     on import, before its log handler is set up, so the line never reaches the log; this
     one does (serve/engine_log.py reads it into the record)."""
